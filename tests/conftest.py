@@ -1,0 +1,17 @@
+"""Test configuration.
+
+On a machine without CUDA, Triton kernels run under the interpreter on CPU tensors; TRITON_INTERPRET
+must be set before any module defining @triton.jit functions is imported.
+"""
+
+import os
+
+try:
+    import torch
+
+    _HAS_CUDA = torch.cuda.is_available()
+except ImportError:  # pragma: no cover
+    _HAS_CUDA = False
+
+if not _HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")

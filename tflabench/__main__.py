@@ -1,0 +1,3 @@
+from tflabench.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""tflabench.bench.adapters."""

@@ -1,0 +1,154 @@
+"""Kernel registry: every benchmarked kernel (ours and the peers') is one `KernelSpec`.
+
+A spec knows how to build inputs for a sweep point, how to run the kernel forward (the harness does the
+backward through autograd for mode ``fwdbw``), which FLOP/byte model family it belongs to, how to check
+itself against that family's float64 reference, and whether it is available here (and why not).
+
+Adapters live one module per peer in `tflabench.bench.adapters` and import their peer package lazily
+inside functions; they call `register(spec)` at import time of the adapter module, which
+`all_kernels()` triggers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: Families select the FLOP/byte model in `tflabench.analysis.models` and the float64 reference.
+FAMILIES = (
+    "mlstm_exp",
+    "mlstm_sig",
+    "softmax_attention",
+    "gla",
+    "simple_gla",
+    "lightning",
+    "mamba2_ssd",
+    "power_attention",
+)
+
+MODES = ("fwd", "fwdbw")
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One measurement point. Layout-neutral: adapters map it to their peer's layout.
+
+    chunk_size is None for kernels without a chunk parameter (softmax attention).
+    """
+
+    batch: int
+    seq_len: int
+    heads: int
+    head_dim_qk: int
+    head_dim_v: int
+    chunk_size: int | None
+    dtype: str = "bfloat16"
+    mode: str = "fwd"
+
+    def key(self) -> str:
+        """Stable string used for resume bookkeeping."""
+        return (
+            f"B{self.batch}-T{self.seq_len}-H{self.heads}-dqk{self.head_dim_qk}-dv{self.head_dim_v}"
+            f"-L{self.chunk_size}-{self.dtype}-{self.mode}"
+        )
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str = ""
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of a reference check: the kernel's output vs its family's float64 reference."""
+
+    passed: bool
+    rel_error: float
+    tolerance: float
+    detail: str = ""
+
+
+@dataclass
+class KernelSpec:
+    """A benchmarkable kernel.
+
+    Attributes:
+        name: unique, e.g. ``"tflabench.mlstm_sig.xl_chunk"`` or ``"fla.chunk_simple_gla"``.
+        family: one of FAMILIES.
+        package: distribution name whose version is recorded (None for torch built-ins / our own).
+        uses_chunk_size: whether the sweep's chunk_size axis applies.
+        availability: () -> Availability (package importable, GPU present, ...). Must not raise.
+        unsupported: (point) -> reason string if the point cannot run (head dim, divisibility), else None.
+        make_inputs: (point, device) -> dict of tensors/args; fresh random (never zeros); tensors that need
+            gradients have requires_grad set when point.mode == "fwdbw".
+        run: (inputs) -> output tensor (or tuple whose first element is the output); the harness calls
+            backward on it for mode fwdbw.
+        reference_check: (device, dtype) -> CheckResult at a small size against the family's float64 reference.
+        params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
+        modes: the modes this kernel supports; a mode outside it is skipped with ``mode_reasons[mode]``.
+    """
+
+    name: str
+    family: str
+    package: str | None
+    uses_chunk_size: bool
+    availability: Callable[[], Availability]
+    unsupported: Callable[[SweepPoint], str | None]
+    make_inputs: Callable[[SweepPoint, Any], dict]
+    run: Callable[[dict], Any]
+    reference_check: Callable[[Any, str], CheckResult]
+    params: dict = field(default_factory=dict)
+    modes: tuple[str, ...] = MODES
+    mode_reasons: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"kernel {self.name}: unknown family {self.family!r} (known: {', '.join(FAMILIES)})")
+
+
+_REGISTRY: dict[str, KernelSpec] = {}
+
+#: Adapter modules imported by `all_kernels()`; each registers its specs at import (peers imported lazily).
+ADAPTER_MODULES = (
+    "tflabench.bench.adapters.tflabench_mlstm",
+    "tflabench.bench.adapters.mlstm_kernels",
+    "tflabench.bench.adapters.flash_attention",
+    "tflabench.bench.adapters.fla",
+    "tflabench.bench.adapters.lightning_attn",
+    "tflabench.bench.adapters.mamba",
+    "tflabench.bench.adapters.power_attention",
+)
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    if spec.name in _REGISTRY:
+        raise ValueError(f"kernel {spec.name!r} registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _load_adapters() -> None:
+    for module in ADAPTER_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+def all_kernels() -> dict[str, KernelSpec]:
+    _load_adapters()
+    return dict(_REGISTRY)
+
+
+def get_kernel(name: str) -> KernelSpec:
+    kernels = all_kernels()
+    if name not in kernels:
+        from tflabench.errors import InputError
+
+        raise InputError(f"unknown kernel {name!r} (see `tflabench kernels`)")
+    return kernels[name]

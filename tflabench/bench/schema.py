@@ -1,0 +1,31 @@
+"""Columns of a results table (`results/<run>/results.csv`), one row per (kernel, sweep point).
+
+The sweep engine writes these columns in this order; plots and reports read them. Extra columns may
+be appended at the end by newer versions, never removed or renamed.
+"""
+
+#: status values of a row
+STATUSES = (
+    "ok",            # measured
+    "skipped",       # invalid combination for this kernel (reason says why)
+    "unavailable",   # package missing, no GPU, mode refused by the peer, ...
+    "failed_check",  # computed the wrong function: never ranked
+    "crash",         # the worker process died (compiler abort, illegal memory access)
+    "timeout",       # the worker exceeded its time limit
+    "oom",           # out of memory
+    "error",         # any other exception (message in reason)
+)
+
+COLUMNS = (
+    "run", "kernel", "family", "version", "device", "gpu",
+    "batch", "seq_len", "heads", "head_dim_qk", "head_dim_v", "chunk_size", "dtype", "mode",
+    "status", "reason",
+    "check_rel_error", "warmup_s",
+    "time_ms", "time_ms_q25", "time_ms_q75", "repeats",
+    "peak_mem_mib",
+    "flops", "bytes", "intensity", "tflops", "gbps",
+    "roofline_frac_datasheet", "roofline_frac_measured",
+    "model_ms_additive", "model_ms_overlap",
+    "sm_clock_mhz", "mem_clock_mhz", "temp_c_max", "power_w",
+    "params", "timestamp",
+)

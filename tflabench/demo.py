@@ -1,0 +1,5 @@
+"""`tflabench demo`: the main job on any machine (placeholder)."""
+
+
+def register(app) -> None:
+    return None
