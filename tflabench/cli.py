@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from tflabench.errors import InputError
@@ -25,11 +24,17 @@ app = typer.Typer(
 def _register_commands() -> None:
     from tflabench.analysis import commands as analysis_commands
     from tflabench.analysis import plot_commands
-    from tflabench.bench import commands as bench_commands
     from tflabench import demo
+    from tflabench.bench import commands as bench_commands
+    from tflabench.bench import peer_commands
 
-    for module in (analysis_commands, bench_commands, plot_commands, demo):
+    for module in (analysis_commands, bench_commands, peer_commands, plot_commands, demo):
         module.register(app)
+
+
+@app.callback()
+def _root() -> None:
+    """Benchmark and roofline-analyse linear-attention / linear-RNN kernels (TFLA mLSTM and peers)."""
 
 
 @app.command()
@@ -43,24 +48,28 @@ def version() -> None:
 _register_commands()
 
 
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+def _fail(message: str, exit_code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def _is_click_exception(exc: BaseException) -> bool:
+    # Typer >= 0.20 vendors click (typer._click), older Typer uses click itself: match by interface.
+    return hasattr(exc, "format_message") and hasattr(exc, "exit_code")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the app, exit 2 with one line on bad input."""
+    """Console-script entry point: run the app; bad input gives one line on stderr and exit code 2."""
     try:
         result = app(args=argv, standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.UsageError as exc:
-        _fail(exc.format_message().splitlines()[0] if exc.format_message() else str(exc))
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
     except InputError as exc:
         _fail(str(exc))
+    except Exception as exc:
+        if type(exc).__name__ == "Abort":
+            _fail("aborted", 130)
+        if not _is_click_exception(exc):
+            raise
+        message = exc.format_message().strip().splitlines()
+        _fail(message[0] if message else type(exc).__name__, exc.exit_code)
     if isinstance(result, int) and result != 0:
         sys.exit(result)
