@@ -1,0 +1,296 @@
+"""TFLA backward kernels for the mLSTM (mLSTMexp and mLSTMsig), in Triton.
+
+The max states m and the denominator are constants of the backward pass (mlstm-tfla.md §5.1): the forward
+pass stores the per-token denominator and m_comb, so no online rescaling happens here. With
+dHt = dH / denom (row-wise) and, for chunk c (0-based) with states[c] the state before it:
+
+* `chunk_state_grads_kernel`: dstates[c] = gbar_c dstates[c+1] + Qbar_c^T dHt_c (Eqs. 63-64), a reverse
+  recurrence over chunks; dstates[NC] is the gradient of the returned final state, dstates[0] that of
+  the initial state. Grid (Dqk/BK, Dv/BV, B*H).
+* `chunk_dq_kernel`: dQ = scale (dHt V^T * D) K + scale qgate * dHt states[c]^T. Grid (Dqk/BK, L/BLQ, NC*B*H).
+* `chunk_dk_kernel`: dK = scale (V dHt^T * D^T) Q + kgate * V dstates[c+1]^T. Grid (Dqk/BK, L/BLKV, NC*B*H).
+* `chunk_dv_kernel`: dV = (scale K Q^T * D^T) dHt + (kgate * K) dstates[c+1]. Grid (Dv/BV, L/BLKV, NC*B*H).
+
+Table 1 of the TFLA paper (grid column corrected): dQ is parallel over (L_hq, Dqk), dK over (L_kv, Dqk),
+dV over (L_kv, Dv). Gate matrix D_ij = exp(b_i - b_j + ig_j - m_comb_i) for i >= j (m_comb = 0 for
+mLSTMsig); qgate_i = exp(b_i + m_c - m_comb_i); kgate_j = exp(g_c - b_j + ig_j - m_{c+1}).
+
+The dQ and dK kernels also write the row sums of q*dq and k*dk over their Dqk block; the gate gradients
+follow from them (§5.6, the reference's shortcut): dlogf_t = sum_{s>=t} (q.dq - k.dk)_s + <C_T, dC_T>,
+dig_t = (k.dk)_t.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_gates(b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_rows,
+               STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, BLOCK: tl.constexpr):
+    """Per query row: b, the query gate exp(b + m_c - m_comb) and m_comb, and 1/denom."""
+    b_rows = tl.load(b_ptr + bh * T + t_rows)
+    if STABILIZE:
+        m_comb = tl.load(m_comb_ptr + bh * T + t_rows)
+        m_prev = tl.load(m_ptr + bh * (NC + 1) + chunk)
+        q_gate = tl.exp(b_rows + m_prev - m_comb)
+    else:
+        m_comb = tl.zeros([BLOCK], dtype=tl.float32)
+        q_gate = tl.exp(b_rows)
+    if NORMALIZE:
+        inv_denom = 1.0 / tl.load(denom_ptr + bh * T + t_rows)
+    else:
+        inv_denom = tl.full([BLOCK], 1.0, dtype=tl.float32)
+    return b_rows, q_gate, m_comb, inv_denom
+
+
+@triton.jit
+def _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_keys, L: tl.constexpr, STABILIZE: tl.constexpr):
+    """Per key row: b, ig and the state-entry gate exp(g_c - b_j + ig_j - m_{c+1})."""
+    b_keys = tl.load(b_ptr + bh * T + t_keys)
+    ig_keys = tl.load(ig_ptr + bh * T + t_keys)
+    chunk_decay = tl.load(b_ptr + bh * T + chunk * L + L - 1)
+    k_gate_log = chunk_decay - b_keys + ig_keys
+    if STABILIZE:
+        k_gate_log -= tl.load(m_ptr + bh * (NC + 1) + chunk + 1)
+    return b_keys, ig_keys, tl.exp(k_gate_log)
+
+
+@triton.jit
+def chunk_state_grads_kernel(
+    q_ptr, dh_ptr, b_ptr, m_ptr, m_comb_ptr, denom_ptr,
+    dc_last_ptr, dc_ptr,
+    stride_q_b, stride_q_t, stride_q_h,
+    stride_dh_b, stride_dh_t, stride_dh_h,
+    T, H, NC, qk_scale,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, HAS_DC_LAST: tl.constexpr,
+):
+    """Grid (DQK/BK, DV/BV, B*H). Writes dc [B*H, NC+1, DQK, DV] fp32."""
+    pid_k = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    bh = tl.program_id(2).to(tl.int64)
+    batch = bh // H
+    head = bh % H
+    offs_k = pid_k * BK + tl.arange(0, BK)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    offs_l = tl.arange(0, BL)
+    state_offs = offs_k[:, None] * DV + offs_v[None, :]
+    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
+    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+
+    if HAS_DC_LAST:
+        dstate = tl.load(dc_last_ptr + bh * DQK * DV + state_offs).to(tl.float32)
+    else:
+        dstate = tl.zeros([BK, BV], dtype=tl.float32)
+    tl.store(dc_ptr + (bh * (NC + 1) + NC) * DQK * DV + state_offs, dstate)
+    for step in range(0, NC):
+        chunk = NC - 1 - step
+        chunk_decay = tl.load(b_ptr + bh * T + chunk * L + L - 1)
+        if STABILIZE:
+            m_prev = tl.load(m_ptr + bh * (NC + 1) + chunk)
+            m_next = tl.load(m_ptr + bh * (NC + 1) + chunk + 1)
+            dstate = dstate * tl.exp(chunk_decay + m_prev - m_next)
+        else:
+            dstate = dstate * tl.exp(chunk_decay)
+        for start in range(0, L, BL):
+            t = chunk * L + start + offs_l
+            _, q_gate, _, inv_denom = _row_gates(
+                b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t, STABILIZE, NORMALIZE, BL)
+            q_tile = tl.load(q_base + t[:, None] * stride_q_t + offs_k[None, :])
+            q_gated = q_tile.to(tl.float32) * (q_gate * qk_scale)[:, None]
+            dh_tile = tl.load(dh_base + t[:, None] * stride_dh_t + offs_v[None, :])
+            dh_scaled = dh_tile.to(tl.float32) * inv_denom[:, None]
+            dstate += tl.dot(tl.trans(q_gated.to(q_tile.dtype)), dh_scaled.to(q_tile.dtype))
+        tl.store(dc_ptr + (bh * (NC + 1) + chunk) * DQK * DV + state_offs, dstate)
+
+
+@triton.jit
+def chunk_dq_kernel(
+    q_ptr, k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, c_ptr,
+    dq_ptr, qdq_ptr,
+    stride_q_b, stride_q_t, stride_q_h,
+    stride_k_b, stride_k_t, stride_k_h,
+    stride_v_b, stride_v_t, stride_v_h,
+    stride_dh_b, stride_dh_t, stride_dh_h,
+    T, H, NC, qk_scale,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+):
+    """Grid (DQK/BK, L/BLQ, NC*B*H). Writes dq [B, T, H, DQK] (layout of q) and qdq [DQK/BK, B*H, T]."""
+    pid_k = tl.program_id(0)
+    pid_q = tl.program_id(1)
+    pid_cbh = tl.program_id(2).to(tl.int64)
+    bh = pid_cbh // NC
+    chunk = pid_cbh % NC
+    batch = bh // H
+    head = bh % H
+    offs_q = pid_q * BLQ + tl.arange(0, BLQ)
+    offs_kv = tl.arange(0, BLKV)
+    offs_k = pid_k * BK + tl.arange(0, BK)
+    offs_dv = tl.arange(0, BV)
+    t_q = chunk * L + offs_q
+    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
+    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
+    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    b_q, q_gate, m_comb, inv_denom = _row_gates(
+        b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
+
+    dq = tl.zeros([BLQ, BK], dtype=tl.float32)
+    num_kv_tiles = (pid_q + 1) * BLQ // BLKV
+    for kv_tile in range(0, num_kv_tiles):
+        t_kv = chunk * L + kv_tile * BLKV + offs_kv
+        dscores = tl.zeros([BLQ, BLKV], dtype=tl.float32)
+        for dv in range(0, DV, BV):
+            dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
+            v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
+            dscores += tl.dot(dh_tile, tl.trans(v_tile))
+        b_kv = tl.load(b_ptr + bh * T + t_kv)
+        ig_kv = tl.load(ig_ptr + bh * T + t_kv)
+        gate_log = b_q[:, None] - b_kv[None, :] + ig_kv[None, :] - m_comb[:, None]
+        causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
+        gate = tl.where(causal, tl.exp(gate_log), 0.0)
+        dscores = dscores * gate * (inv_denom * qk_scale)[:, None]
+        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :])
+        dq += tl.dot(dscores.to(k_tile.dtype), k_tile)
+
+    dq_inter = tl.zeros([BLQ, BK], dtype=tl.float32)
+    c_slot = (bh * (NC + 1) + chunk) * DQK * DV
+    for dv in range(0, DV, BV):
+        dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
+        c_tile = tl.load(c_ptr + c_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
+        dq_inter += tl.dot(dh_tile, tl.trans(c_tile.to(dh_tile.dtype)))
+    dq += dq_inter * (q_gate * inv_denom * qk_scale)[:, None]
+
+    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
+    q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :]).to(tl.float32)
+    num_bh = tl.num_programs(2) // NC
+    tl.store(qdq_ptr + (pid_k * num_bh + bh) * T + t_q, tl.sum(q_tile * dq, 1))
+    dq_base = dq_ptr + batch * stride_q_b + head * stride_q_h
+    tl.store(dq_base + t_q[:, None] * stride_q_t + offs_k[None, :], dq.to(dq_ptr.dtype.element_ty))
+
+
+@triton.jit
+def chunk_dk_kernel(
+    q_ptr, k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, dc_ptr,
+    dk_ptr, kdk_ptr,
+    stride_q_b, stride_q_t, stride_q_h,
+    stride_k_b, stride_k_t, stride_k_h,
+    stride_v_b, stride_v_t, stride_v_h,
+    stride_dh_b, stride_dh_t, stride_dh_h,
+    T, H, NC, qk_scale,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+):
+    """Grid (DQK/BK, L/BLKV, NC*B*H). Writes dk [B, T, H, DQK] (layout of k) and kdk [DQK/BK, B*H, T]."""
+    pid_k = tl.program_id(0)
+    pid_kv = tl.program_id(1)
+    pid_cbh = tl.program_id(2).to(tl.int64)
+    bh = pid_cbh // NC
+    chunk = pid_cbh % NC
+    batch = bh // H
+    head = bh % H
+    offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
+    offs_lq = tl.arange(0, BLQ)
+    offs_k = pid_k * BK + tl.arange(0, BK)
+    offs_dv = tl.arange(0, BV)
+    t_kv = chunk * L + offs_kv
+    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
+    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
+    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    b_kv, ig_kv, k_gate = _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_kv, L, STABILIZE)
+
+    dk = tl.zeros([BLKV, BK], dtype=tl.float32)
+    first_q_tile = pid_kv * BLKV // BLQ
+    for q_tile_idx in range(first_q_tile, L // BLQ):
+        t_q = chunk * L + q_tile_idx * BLQ + offs_lq
+        b_q, _, m_comb, inv_denom = _row_gates(
+            b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
+        dscores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
+        for dv in range(0, DV, BV):
+            v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
+            dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
+            dscores_t += tl.dot(v_tile, tl.trans(dh_tile))
+        gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
+        causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
+        gate_t = tl.where(causal_t, tl.exp(gate_log_t), 0.0)
+        dscores_t = dscores_t * gate_t * (inv_denom * qk_scale)[None, :]
+        q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :])
+        dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
+
+    dk_inter = tl.zeros([BLKV, BK], dtype=tl.float32)
+    dc_slot = (bh * (NC + 1) + chunk + 1) * DQK * DV
+    for dv in range(0, DV, BV):
+        v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
+        dc_tile = tl.load(dc_ptr + dc_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
+        dk_inter += tl.dot(v_tile, tl.trans(dc_tile.to(v_tile.dtype)))
+    dk += dk_inter * k_gate[:, None]
+
+    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
+    k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :]).to(tl.float32)
+    num_bh = tl.num_programs(2) // NC
+    tl.store(kdk_ptr + (pid_k * num_bh + bh) * T + t_kv, tl.sum(k_tile * dk, 1))
+    dk_base = dk_ptr + batch * stride_k_b + head * stride_k_h
+    tl.store(dk_base + t_kv[:, None] * stride_k_t + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty))
+
+
+@triton.jit
+def chunk_dv_kernel(
+    q_ptr, k_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, dc_ptr,
+    dv_ptr,
+    stride_q_b, stride_q_t, stride_q_h,
+    stride_k_b, stride_k_t, stride_k_h,
+    stride_dh_b, stride_dh_t, stride_dh_h,
+    stride_dv_b, stride_dv_t, stride_dv_h,
+    T, H, NC, qk_scale,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+):
+    """Grid (DV/BV, L/BLKV, NC*B*H). Writes dv [B, T, H, DV] (layout of v)."""
+    pid_v = tl.program_id(0)
+    pid_kv = tl.program_id(1)
+    pid_cbh = tl.program_id(2).to(tl.int64)
+    bh = pid_cbh // NC
+    chunk = pid_cbh % NC
+    batch = bh // H
+    head = bh % H
+    offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
+    offs_lq = tl.arange(0, BLQ)
+    offs_dk = tl.arange(0, BK)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    t_kv = chunk * L + offs_kv
+    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
+    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
+    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    b_kv, ig_kv, k_gate = _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_kv, L, STABILIZE)
+
+    dv = tl.zeros([BLKV, BV], dtype=tl.float32)
+    first_q_tile = pid_kv * BLKV // BLQ
+    for q_tile_idx in range(first_q_tile, L // BLQ):
+        t_q = chunk * L + q_tile_idx * BLQ + offs_lq
+        b_q, _, m_comb, inv_denom = _row_gates(
+            b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
+        scores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
+        for dk in range(0, DQK, BK):
+            k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
+            q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
+            scores_t += tl.dot(k_tile, tl.trans(q_tile))
+        gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
+        causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
+        gate_t = tl.where(causal_t, tl.exp(gate_log_t), 0.0)
+        scores_t = scores_t * gate_t * (inv_denom * qk_scale)[None, :]
+        dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
+        dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
+
+    dc_slot = (bh * (NC + 1) + chunk + 1) * DQK * DV
+    for dk in range(0, DQK, BK):
+        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
+        k_gated = k_tile.to(tl.float32) * k_gate[:, None]
+        dc_tile = tl.load(dc_ptr + dc_slot + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
+        dv += tl.dot(k_gated.to(k_tile.dtype), dc_tile.to(k_tile.dtype))
+
+    dv_base = dv_ptr + batch * stride_dv_b + head * stride_dv_h
+    tl.store(dv_base + t_kv[:, None] * stride_dv_t + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty))

@@ -1,0 +1,235 @@
+"""TFLA forward kernels for the mLSTM (mLSTMexp and mLSTMsig), in Triton.
+
+Three launches per forward pass (mlstm-tfla.md §4.6, §6):
+
+1. `gate_cumsum_kernel`: log gates. b[t] = inclusive cumsum of log sigmoid(f) from the start of t's chunk,
+   ig[t] = log input gate (i for mLSTMexp, log sigmoid(i) for mLSTMsig). Both fp32, head-first [B*H, T].
+2. `chunk_states_kernel` (level 1 of sequence parallelism): the recurrence over chunks that materializes
+   the stabilized states C_k [B*H, NC+1, Dqk, Dv] (and n_k, m_k). Grid (Dqk/BK, Dv/BV, B*H); each program
+   walks the sequence in sub-chunks of BL tokens and stores one state per chunk of L tokens.
+3. `chunk_outputs_kernel` (level 2): every chunk in parallel, and inside a chunk every (query tile, value
+   tile) pair in parallel. Grid (Dv/BV, L/BLQ, NC*B*H). It loops over the key/value tiles up to the
+   diagonal (tiles of BLKV) and over Dqk (tiles of BK), with FlashAttention-style rescaling for mLSTMexp
+   (Algorithm 1, corrected as in §6.6), then adds the inter-chunk part Qbar C_{k-1}.
+
+Token-major tensors (q, k, v, h, gates) keep the public layout [B, T, H, D] and are addressed through
+strides, so no transpose is needed. Indices: c is the 0-based chunk, states[c] is the state *before*
+chunk c (states[0] = initial state, states[NC] = final state).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _log_sigmoid(x):
+    """log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), stable for both signs."""
+    return tl.minimum(x, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(x)))
+
+
+@triton.jit
+def gate_cumsum_kernel(
+    i_ptr, f_ptr, b_ptr, ig_ptr,
+    stride_gate_b, stride_gate_t, stride_gate_h,
+    T, H,
+    L: tl.constexpr, BL: tl.constexpr, SIG_INPUT_GATE: tl.constexpr,
+):
+    """Grid (NC, B*H). i, f: [B, T, H] pre-activations. b, ig: [B*H, T] fp32 outputs."""
+    chunk = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    batch = bh // H
+    head = bh % H
+    gate_base = batch * stride_gate_b + head * stride_gate_h
+    carry = 0.0
+    for start in range(0, L, BL):
+        t = chunk * L + start + tl.arange(0, BL)
+        f = tl.load(f_ptr + gate_base + t * stride_gate_t).to(tl.float32)
+        log_f = _log_sigmoid(f)
+        tl.store(b_ptr + bh * T + t, tl.cumsum(log_f, 0) + carry)
+        carry += tl.sum(log_f, 0)
+        i = tl.load(i_ptr + gate_base + t * stride_gate_t).to(tl.float32)
+        if SIG_INPUT_GATE:
+            i = _log_sigmoid(i)
+        tl.store(ig_ptr + bh * T + t, i)
+
+
+@triton.jit
+def chunk_states_kernel(
+    k_ptr, v_ptr, b_ptr, ig_ptr,
+    c0_ptr, n0_ptr, m0_ptr,
+    c_ptr, n_ptr, m_ptr,
+    stride_k_b, stride_k_t, stride_k_h,
+    stride_v_b, stride_v_t, stride_v_h,
+    T, H, NC,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STABILIZE: tl.constexpr, TRACK_N: tl.constexpr, HAS_INITIAL: tl.constexpr,
+):
+    """Grid (DQK/BK, DV/BV, B*H).
+
+    Outputs: c [B*H, NC+1, DQK, DV], n [B*H, NC+1, DQK], m [B*H, NC+1] (fp32, stabilized: the true state is
+    the stored one times exp(m)). n is written when TRACK_N, m when STABILIZE (mLSTMexp).
+    """
+    pid_k = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    bh = tl.program_id(2).to(tl.int64)
+    batch = bh // H
+    head = bh % H
+    offs_k = pid_k * BK + tl.arange(0, BK)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    offs_l = tl.arange(0, BL)
+    state_offs = offs_k[:, None] * DV + offs_v[None, :]
+    writes_vectors = pid_v == 0
+
+    if HAS_INITIAL:
+        state = tl.load(c0_ptr + bh * DQK * DV + state_offs).to(tl.float32)
+        norm = tl.load(n0_ptr + bh * DQK + offs_k).to(tl.float32)
+        m_state = tl.load(m0_ptr + bh).to(tl.float32)
+    else:
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+        norm = tl.zeros([BK], dtype=tl.float32)
+        m_state = 0.0
+
+    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
+    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
+    for chunk in range(0, NC):
+        c_slot = (bh * (NC + 1) + chunk) * DQK * DV
+        tl.store(c_ptr + c_slot + state_offs, state)
+        if TRACK_N:
+            if writes_vectors:
+                tl.store(n_ptr + (bh * (NC + 1) + chunk) * DQK + offs_k, norm)
+        if STABILIZE:
+            if writes_vectors & (pid_k == 0):
+                tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
+        for start in range(0, L, BL):
+            t0 = chunk * L + start
+            t = t0 + offs_l
+            b_sub = tl.load(b_ptr + bh * T + t)
+            b_end = tl.load(b_ptr + bh * T + t0 + BL - 1)
+            decay = b_end - tl.load(b_ptr + bh * T + t0 + tl.where(start > 0, -1, 0))
+            decay = tl.where(start > 0, decay, b_end)
+            weight_log = b_end - b_sub + tl.load(ig_ptr + bh * T + t)
+            if STABILIZE:
+                m_new = tl.maximum(decay + m_state, tl.max(weight_log, 0))
+                state_scale = tl.exp(decay + m_state - m_new)
+                weight = tl.exp(weight_log - m_new)
+                m_state = m_new
+            else:
+                state_scale = tl.exp(decay)
+                weight = tl.exp(weight_log)
+            k_tile = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :])
+            v_tile = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
+            k_weighted = k_tile.to(tl.float32) * weight[:, None]
+            state = state * state_scale + tl.dot(tl.trans(k_weighted.to(v_tile.dtype)), v_tile)
+            if TRACK_N:
+                norm = norm * state_scale + tl.sum(k_weighted, 0)
+
+    c_slot = (bh * (NC + 1) + NC) * DQK * DV
+    tl.store(c_ptr + c_slot + state_offs, state)
+    if TRACK_N:
+        if writes_vectors:
+            tl.store(n_ptr + (bh * (NC + 1) + NC) * DQK + offs_k, norm)
+    if STABILIZE:
+        if writes_vectors & (pid_k == 0):
+            tl.store(m_ptr + bh * (NC + 1) + NC, m_state)
+
+
+@triton.jit
+def chunk_outputs_kernel(
+    q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr,
+    c_ptr, n_ptr, m_ptr,
+    h_ptr, denom_ptr, m_comb_ptr,
+    stride_q_b, stride_q_t, stride_q_h,
+    stride_k_b, stride_k_t, stride_k_h,
+    stride_v_b, stride_v_t, stride_v_h,
+    stride_h_b, stride_h_t, stride_h_h,
+    T, H, NC, qk_scale, eps,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+):
+    """Grid (DV/BV, L/BLQ, NC*B*H). Writes h [B, T, H, DV] and, when NORMALIZE, the per-token denominator
+    and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses."""
+    pid_v = tl.program_id(0)
+    pid_q = tl.program_id(1)
+    pid_cbh = tl.program_id(2).to(tl.int64)
+    bh = pid_cbh // NC
+    chunk = pid_cbh % NC
+    batch = bh // H
+    head = bh % H
+    offs_q = pid_q * BLQ + tl.arange(0, BLQ)
+    offs_kv = tl.arange(0, BLKV)
+    offs_dk = tl.arange(0, BK)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    t_q = chunk * L + offs_q
+    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
+    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
+    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
+    b_q = tl.load(b_ptr + bh * T + t_q)
+
+    h_intra = tl.zeros([BLQ, BV], dtype=tl.float32)
+    n_intra = tl.zeros([BLQ], dtype=tl.float32)
+    m_intra = tl.full([BLQ], float("-inf"), dtype=tl.float32)
+    num_kv_tiles = (pid_q + 1) * BLQ // BLKV
+    for kv_tile in range(0, num_kv_tiles):
+        t_kv = chunk * L + kv_tile * BLKV + offs_kv
+        scores = tl.zeros([BLQ, BLKV], dtype=tl.float32)
+        for dk in range(0, DQK, BK):
+            q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
+            k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
+            scores += tl.dot(q_tile, tl.trans(k_tile))
+        b_kv = tl.load(b_ptr + bh * T + t_kv)
+        ig_kv = tl.load(ig_ptr + bh * T + t_kv)
+        gate_log = b_q[:, None] - b_kv[None, :] + ig_kv[None, :]
+        causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
+        gate_log = tl.where(causal, gate_log, float("-inf"))
+        v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + offs_v[None, :])
+        if STABILIZE:
+            m_new = tl.maximum(m_intra, tl.max(gate_log, 1))
+            rescale = tl.exp(m_intra - m_new)
+            scores_gated = scores * qk_scale * tl.exp(gate_log - m_new[:, None])
+            h_intra = h_intra * rescale[:, None] + tl.dot(scores_gated.to(v_tile.dtype), v_tile)
+            n_intra = n_intra * rescale + tl.sum(scores_gated, 1)
+            m_intra = m_new
+        else:
+            scores_gated = scores * qk_scale * tl.exp(gate_log)
+            h_intra += tl.dot(scores_gated.to(v_tile.dtype), v_tile)
+            if NORMALIZE:
+                n_intra += tl.sum(scores_gated, 1)
+
+    if STABILIZE:
+        m_prev = tl.load(m_ptr + bh * (NC + 1) + chunk)
+        m_comb = tl.maximum(b_q + m_prev, m_intra)
+        q_gate = tl.exp(b_q + m_prev - m_comb) * qk_scale
+        intra_scale = tl.exp(m_intra - m_comb)
+    else:
+        q_gate = tl.exp(b_q) * qk_scale
+        intra_scale = tl.full([BLQ], 1.0, dtype=tl.float32)
+
+    h_inter = tl.zeros([BLQ, BV], dtype=tl.float32)
+    n_inter = tl.zeros([BLQ], dtype=tl.float32)
+    c_slot = (bh * (NC + 1) + chunk) * DQK * DV
+    for dk in range(0, DQK, BK):
+        q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
+        q_gated = q_tile.to(tl.float32) * q_gate[:, None]
+        c_tile = tl.load(c_ptr + c_slot + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
+        h_inter += tl.dot(q_gated.to(q_tile.dtype), c_tile.to(q_tile.dtype))
+        if NORMALIZE:
+            n_tile = tl.load(n_ptr + (bh * (NC + 1) + chunk) * DQK + dk + offs_dk)
+            n_inter += tl.sum(q_gated * n_tile[None, :], 1)
+
+    h_out = h_inter + h_intra * intra_scale[:, None]
+    if NORMALIZE:
+        n_comb = n_inter + n_intra * intra_scale
+        if STABILIZE:
+            lower_bound = tl.exp(-m_comb)
+        else:
+            lower_bound = tl.full([BLQ], 1.0, dtype=tl.float32)
+        denom = tl.maximum(tl.abs(n_comb), lower_bound) + eps
+        h_out = h_out / denom[:, None]
+        if pid_v == 0:
+            tl.store(denom_ptr + bh * T + t_q, denom)
+            if STABILIZE:
+                tl.store(m_comb_ptr + bh * T + t_q, m_comb)
+    h_base = h_ptr + batch * stride_h_b + head * stride_h_h
+    tl.store(h_base + t_q[:, None] * stride_h_t + offs_v[None, :], h_out.to(h_ptr.dtype.element_ty))

@@ -1,0 +1,300 @@
+"""TFLA (`xl_chunk`) and single-level (`limit_chunk`) chunkwise mLSTM: launchers and autograd.
+
+`mlstm_xl_chunk` runs the two-level TFLA kernels of `triton_fwd` / `triton_bwd` for any chunk size
+L >= 16 that is a power of two dividing T. `limit_chunk` is the same computation with the whole chunk as
+one SRAM tile (B_Lhq = B_Lkv = L), i.e. the single level of sequence parallelism of FLA-style kernels;
+it is limited to L <= 128.
+
+Tensors: q, k [B, T, H, Dqk]; v [B, T, H, Dv]; i, f [B, T, H] (pre-activations); h [B, T, H, Dv].
+States: C [B, H, Dqk, Dv], n [B, H, Dqk], m [B, H] in fp32 (stabilized: true C = C * exp(m)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from tflabench.kernels.mlstm import triton_bwd, triton_fwd
+
+LIMIT_CHUNK_MAX = 128
+
+
+def _largest_pow2_block(dim: int, cap: int) -> int:
+    """Largest power of two <= cap dividing dim (dim is a multiple of 16)."""
+    block = cap
+    while dim % block:
+        block //= 2
+    return block
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Block sizes of the TFLA kernels (all powers of two).
+
+    chunk: L. block_state: BL, the sub-chunk of the state recurrence. block_q / block_kv: B_Lhq / B_Lkv of
+    the intra-chunk tiles (block_q >= block_kv, both divide L). block_qk / block_v: B_dqk / B_dhv.
+    """
+
+    chunk: int
+    block_state: int
+    block_q: int
+    block_kv: int
+    block_qk: int
+    block_v: int
+    num_warps: int = 4
+    num_stages: int = 1
+
+    @classmethod
+    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, limit: bool = False) -> "Tiling":
+        tile = chunk if limit else min(64, chunk)
+        return cls(
+            chunk=chunk,
+            block_state=min(64, chunk),
+            block_q=tile,
+            block_kv=tile,
+            block_qk=_largest_pow2_block(head_dim_qk, 64),
+            block_v=_largest_pow2_block(head_dim_v, 64),
+        )
+
+    def check(self, head_dim_qk: int, head_dim_v: int) -> None:
+        for name in ("chunk", "block_state", "block_q", "block_kv", "block_qk", "block_v"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"tiling {name}={value} must be a power of two >= 16")
+        if self.chunk % self.block_q or self.chunk % self.block_state or self.block_q % self.block_kv:
+            raise ValueError(f"tiling {self}: block_q and block_state must divide the chunk, block_kv block_q")
+        if head_dim_qk % self.block_qk or head_dim_v % self.block_v:
+            raise ValueError(f"tiling {self}: block_qk/block_v must divide the head dims")
+
+
+def _token_strides(x: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, time, head) strides of a [B, T, H, ...] tensor; the last dim must be contiguous."""
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def _contiguous_last(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+@dataclass
+class _Forward:
+    h: torch.Tensor
+    states: torch.Tensor  # [B*H, NC+1, Dqk, Dv]
+    norms: torch.Tensor  # [B*H, NC+1, Dqk]
+    maxes: torch.Tensor  # [B*H, NC+1]
+    denom: torch.Tensor  # [B*H, T]
+    m_comb: torch.Tensor  # [B*H, T]
+    log_f_cumsum: torch.Tensor  # [B*H, T]
+    log_i: torch.Tensor  # [B*H, T]
+
+
+def _gate_cumsums(i, f, tiling: Tiling, sig: bool):
+    B, T, H = f.shape
+    log_f_cumsum = torch.empty(B * H, T, device=f.device, dtype=torch.float32)
+    log_i = torch.empty_like(log_f_cumsum)
+    grid = (T // tiling.chunk, B * H)
+    triton_fwd.gate_cumsum_kernel[grid](
+        i, f, log_f_cumsum, log_i, *f.stride(), T, H,
+        L=tiling.chunk, BL=tiling.block_state, SIG_INPUT_GATE=sig,
+    )
+    return log_f_cumsum, log_i
+
+
+def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize: bool, track_n: bool):
+    B, T, H, DQK = k.shape
+    DV = v.shape[-1]
+    NC = T // tiling.chunk
+    states = torch.empty(B * H, NC + 1, DQK, DV, device=k.device, dtype=torch.float32)
+    norms = torch.empty(B * H, NC + 1, DQK, device=k.device, dtype=torch.float32) if track_n else states
+    maxes = torch.empty(B * H, NC + 1, device=k.device, dtype=torch.float32) if stabilize else states
+    c0, n0, m0 = initial if initial is not None else (states, states, states)
+    grid = (DQK // tiling.block_qk, DV // tiling.block_v, B * H)
+    triton_fwd.chunk_states_kernel[grid](
+        k, v, log_f_cumsum, log_i, c0, n0, m0, states, norms, maxes,
+        *_token_strides(k), *_token_strides(v), T, H, NC,
+        DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.block_qk, BV=tiling.block_v,
+        STABILIZE=stabilize, TRACK_N=track_n, HAS_INITIAL=initial is not None,
+        num_warps=tiling.num_warps, num_stages=tiling.num_stages,
+    )
+    return states, norms, maxes
+
+
+def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool, eps: float) -> _Forward:
+    B, T, H, DQK = q.shape
+    DV = v.shape[-1]
+    NC = T // tiling.chunk
+    stabilize = not sig
+    log_f_cumsum, log_i = _gate_cumsums(i, f, tiling, sig)
+    states, norms, maxes = _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling, stabilize, normalize)
+    h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
+    denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
+    m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
+    grid = (DV // tiling.block_v, tiling.chunk // tiling.block_q, NC * B * H)
+    triton_fwd.chunk_outputs_kernel[grid](
+        q, k, v, log_f_cumsum, log_i, states, norms, maxes, h, denom, m_comb,
+        *_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(h),
+        T, H, NC, 1.0 / math.sqrt(DQK), eps,
+        DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.block_kv,
+        BK=tiling.block_qk, BV=tiling.block_v, STABILIZE=stabilize, NORMALIZE=normalize,
+        num_warps=tiling.num_warps, num_stages=tiling.num_stages,
+    )
+    return _Forward(h, states, norms, maxes, denom, m_comb, log_f_cumsum, log_i)
+
+
+def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, tiling: Tiling, sig: bool, normalize: bool):
+    """Returns dq, dk, dv, di, df, dc0 (dc0 is the gradient of the initial state C_0)."""
+    B, T, H, DQK = q.shape
+    DV = v.shape[-1]
+    NC = T // tiling.chunk
+    stabilize = not sig
+    qk_scale = 1.0 / math.sqrt(DQK)
+    flags = dict(STABILIZE=stabilize, NORMALIZE=normalize, num_warps=tiling.num_warps,
+                 num_stages=tiling.num_stages)
+    dims = dict(DQK=DQK, DV=DV, L=tiling.chunk, BK=tiling.block_qk, BV=tiling.block_v)
+    tiles = dict(BLQ=tiling.block_q, BLKV=tiling.block_kv)
+    gates = (fwd.log_f_cumsum, fwd.log_i, fwd.maxes, fwd.m_comb, fwd.denom)
+
+    dstates = torch.empty_like(fwd.states)
+    has_dc_last = dc_last is not None
+    triton_bwd.chunk_state_grads_kernel[(DQK // tiling.block_qk, DV // tiling.block_v, B * H)](
+        q, dh, fwd.log_f_cumsum, fwd.maxes, fwd.m_comb, fwd.denom,
+        dc_last if has_dc_last else dstates, dstates,
+        *_token_strides(q), *_token_strides(dh), T, H, NC, qk_scale,
+        BL=tiling.block_state, HAS_DC_LAST=has_dc_last, **dims, **flags,
+    )
+    num_qk_blocks = DQK // tiling.block_qk
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    q_dq = torch.empty(num_qk_blocks, B * H, T, device=q.device, dtype=torch.float32)
+    k_dk = torch.empty_like(q_dq)
+    strides_qkvh = (*_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(dh))
+    triton_bwd.chunk_dq_kernel[(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)](
+        q, k, v, dh, *gates, fwd.states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale,
+        **dims, **tiles, **flags,
+    )
+    triton_bwd.chunk_dk_kernel[(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)](
+        q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale,
+        **dims, **tiles, **flags,
+    )
+    triton_bwd.chunk_dv_kernel[(DV // tiling.block_v, tiling.chunk // tiling.block_kv, NC * B * H)](
+        q, k, dh, *gates, dstates, dv,
+        *_token_strides(q), *_token_strides(k), *_token_strides(dh), *_token_strides(dv),
+        T, H, NC, qk_scale, **dims, **tiles, **flags,
+    )
+    di, df = _gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd, dc_last, sig)
+    return dq, dk, dv, di, df, dstates[:, 0].view(B, H, DQK, DV)
+
+
+def _gate_grads(q_dq, k_dk, i, f, fwd: _Forward, dc_last, sig: bool):
+    """Gate gradients from the row sums q.dq and k.dk ([B*H, T]); returns di, df [B, T, H] (dtype of i, f)."""
+    B, T, H = f.shape
+    d_cum_log_f = q_dq - k_dk
+    d_log_f = d_cum_log_f.flip(-1).cumsum(-1).flip(-1)
+    if dc_last is not None:
+        final_state = fwd.states[:, -1].reshape(B * H, -1)
+        d_log_f = d_log_f + (final_state * dc_last.reshape(B * H, -1)).sum(-1, keepdim=True)
+    d_log_i = k_dk
+
+    def to_token_major(x):
+        return x.view(B, H, T).transpose(1, 2)
+
+    df = to_token_major(d_log_f) * torch.sigmoid(-f.float())
+    di = to_token_major(d_log_i)
+    if sig:
+        di = di * torch.sigmoid(-i.float())
+    return di.to(i.dtype), df.to(f.dtype)
+
+
+class _MLSTMChunkwise(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, i, f, c0, n0, m0, tiling, sig, normalize, eps, recompute_states):
+        ctx.set_materialize_grads(False)
+        initial = None
+        if c0 is not None:
+            initial = tuple(x.float().contiguous() for x in (c0, n0, m0))
+        fwd = _forward(q, k, v, i, f, initial, tiling, sig, normalize, eps)
+        B, T, H, DQK = q.shape
+        DV = v.shape[-1]
+        c_last = fwd.states[:, -1].reshape(B, H, DQK, DV).clone()
+        n_last = (fwd.norms[:, -1].reshape(B, H, DQK).clone() if normalize
+                  else torch.zeros(B, H, DQK, device=q.device))
+        m_last = fwd.maxes[:, -1].reshape(B, H).clone() if not sig else torch.zeros(B, H, device=q.device)
+        ctx.mark_non_differentiable(n_last, m_last)
+        ctx.config = (tiling, sig, normalize, eps, recompute_states, initial is not None)
+        if recompute_states:
+            fwd.states = None
+        ctx.fwd = fwd
+        saved_initial = initial if initial is not None else ()
+        ctx.save_for_backward(q, k, v, i, f, *saved_initial)
+        return fwd.h, c_last, n_last, m_last
+
+    @staticmethod
+    def backward(ctx, dh, dc_last, _dn_last, _dm_last):
+        tiling, sig, normalize, eps, recompute_states, has_initial = ctx.config
+        q, k, v, i, f, *initial = ctx.saved_tensors
+        fwd = ctx.fwd
+        if recompute_states:
+            fwd.states, _, _ = _chunk_states(
+                k, v, fwd.log_f_cumsum, fwd.log_i, tuple(initial) if has_initial else None,
+                tiling, not sig, False,
+            )
+        dh = _contiguous_last(dh) if dh is not None else torch.zeros_like(fwd.h)
+        dc_last = dc_last.float().contiguous() if dc_last is not None else None
+        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, dh, dc_last, fwd, tiling, sig, normalize)
+        return dq, dk, dv, di, df, dc0 if has_initial else None, None, None, None, None, None, None, None
+
+
+def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, normalize: bool, eps: float,
+                           initial_state=None, return_final_state: bool = False,
+                           recompute_states_in_bw: bool = True, tiling: Tiling | None = None,
+                           limit: bool = False):
+    """Chunkwise mLSTM with the TFLA Triton kernels (inputs already validated by `tflabench.kernels.mlstm`).
+
+    Returns h [B, T, H, Dv] (dtype of q), and (h, (C, n, m)) with return_final_state.
+    """
+    B, T, H, DQK = q.shape
+    DV = v.shape[-1]
+    normalize = variant == "exp" or bool(normalize)
+    tiling = tiling or Tiling.default(chunk_size, DQK, DV, limit=limit)
+    if tiling.chunk != chunk_size:
+        tiling = replace(tiling, chunk=chunk_size)
+    tiling.check(DQK, DV)
+    q, k, v = (_contiguous_last(x) for x in (q, k, v))
+    i, f = i.contiguous(), f.contiguous()
+    c0 = n0 = m0 = None
+    if initial_state is not None:
+        c0, n0, m0 = initial_state
+        n0 = n0 if n0 is not None else torch.zeros(B, H, DQK, device=q.device)
+        m0 = m0 if m0 is not None else torch.zeros(B, H, device=q.device)
+    h, c_last, n_last, m_last = _MLSTMChunkwise.apply(
+        q, k, v, i, f, c0, n0, m0, tiling, variant == "sig", normalize, eps, recompute_states_in_bw,
+    )
+    if return_final_state:
+        return h, (c_last, n_last, m_last)
+    return h
+
+
+def mlstm_xl_chunk(q, k, v, i, f, *, variant, chunk_size, normalize, eps, initial_state=None,
+                   return_final_state=False, recompute_states_in_bw=True, tiling=None):
+    """TFLA: two levels of sequence parallelism, any chunk size (power of two >= 16 dividing T)."""
+    return mlstm_chunkwise_triton(
+        q, k, v, i, f, variant=variant, chunk_size=chunk_size, normalize=normalize, eps=eps,
+        initial_state=initial_state, return_final_state=return_final_state,
+        recompute_states_in_bw=recompute_states_in_bw, tiling=tiling,
+    )
+
+
+def mlstm_limit_chunk(q, k, v, i, f, *, variant, chunk_size, normalize, eps, initial_state=None,
+                      return_final_state=False, recompute_states_in_bw=True):
+    """Single-level chunkwise kernel: one chunk is one SRAM tile, so chunk_size <= 128."""
+    if chunk_size > LIMIT_CHUNK_MAX:
+        raise ValueError(f"limit_chunk supports chunk_size <= {LIMIT_CHUNK_MAX}, got {chunk_size}")
+    return mlstm_chunkwise_triton(
+        q, k, v, i, f, variant=variant, chunk_size=chunk_size, normalize=normalize, eps=eps,
+        initial_state=initial_state, return_final_state=return_final_state,
+        recompute_states_in_bw=recompute_states_in_bw, limit=True,
+    )
+
