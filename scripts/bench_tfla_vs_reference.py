@@ -1,0 +1,244 @@
+"""Side-by-side GPU benchmark: our TFLA kernels vs mlstm_kernels 2.0.6 (the reference TFLA kernels).
+
+Issue 3's configuration (TFLA paper Fig. 4 at S = 8192): B = 8, S = 8192, 16 heads, Dqk = 128, Dv = 256,
+bf16. Times the forward and forward+backward passes with triton.testing.do_bench (CUDA events, median,
+L2 flushed before every call), records the peak memory increase over the inputs, measures the GPU's
+matmul and copy ceilings for the Eq. 116 model fraction, and first checks every kernel in bf16 against
+the float64 chunkwise reference at a real size. mlstm_kernels' mLSTMexp xl_chunk aborts the Triton 3.6
+compiler on Hopper, so every reference configuration runs in a child process.
+
+Usage: python scripts/bench_tfla_vs_reference.py --out results/tfla-vs-reference [--chunks 64,128,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+FIG4 = dict(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256)
+
+
+def make_inputs(layout: str, batch, seq_len, heads, head_dim_qk, head_dim_v, dtype=torch.bfloat16, seed=0):
+    """Fresh random inputs. layout "bthd" (ours) or "bhtd" (mlstm_kernels). Gates [B, T, H] or [B, H, T]."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen, dtype=torch.float32).to(dtype)
+
+    if layout == "bthd":
+        q, k = randn(batch, seq_len, heads, head_dim_qk), randn(batch, seq_len, heads, head_dim_qk)
+        v = randn(batch, seq_len, heads, head_dim_v)
+        i, f = randn(batch, seq_len, heads), randn(batch, seq_len, heads)
+    else:
+        q, k = randn(batch, heads, seq_len, head_dim_qk), randn(batch, heads, seq_len, head_dim_qk)
+        v = randn(batch, heads, seq_len, head_dim_v)
+        i, f = randn(batch, heads, seq_len), randn(batch, heads, seq_len)
+    f = (f.float() + 3.0).to(dtype)  # forget gates mostly open, as in trained models
+    return q, k, v, i, f
+
+
+def ours(variant: str, chunk: int):
+    from tflabench.kernels.mlstm.xl_chunk import mlstm_xl_chunk
+
+    def run(q, k, v, i, f):
+        return mlstm_xl_chunk(q, k, v, i, f, variant=variant, chunk_size=chunk, normalize=False, eps=1e-6)
+
+    return run
+
+
+def reference(variant: str, chunk: int):
+    if variant == "sig":
+        from mlstm_kernels.torch.chunkwise.triton_xl_chunk_siging import mlstm_siging_chunkwise__xl_chunk
+
+        def run(q, k, v, i, f):
+            return mlstm_siging_chunkwise__xl_chunk(q, k, v, i, f, chunk_size=chunk, normalize=False)
+    else:
+        from mlstm_kernels.torch.chunkwise.triton_xl_chunk import mlstm_chunkwise__xl_chunk
+
+        def run(q, k, v, i, f):
+            return mlstm_chunkwise__xl_chunk(q, k, v, i, f, chunk_size=chunk)
+    return run
+
+
+def measure(run, inputs, mode: str) -> dict:
+    """Median and IQR (ms) over do_bench repeats, and the peak memory increase (MiB) of one call."""
+    if mode == "fwdbw":
+        leaves = [x.detach().requires_grad_() for x in inputs]
+        grad_out = torch.randn_like(run(*leaves))
+
+        def call():
+            for x in leaves:
+                x.grad = None
+            run(*leaves).backward(grad_out)
+    else:
+        leaves = inputs
+
+        def call():
+            with torch.no_grad():
+                run(*leaves)
+
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - start
+    q25, median, q75 = triton.testing.do_bench(call, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    call()
+    torch.cuda.synchronize()
+    peak_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
+    return dict(time_ms=median, q25_ms=q25, q75_ms=q75, peak_mib=peak_mib, warmup_s=warmup_s)
+
+
+def ceilings() -> dict:
+    """Achievable bf16 matmul FLOP/s (8192^3) and device-copy bandwidth (1 GiB, read + write)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm_ms = triton.testing.do_bench(lambda: a @ b, warmup=25, rep=200)
+    src = torch.randn(2**28, device="cuda")
+    dst = torch.empty_like(src)
+    copy_ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200)
+    return dict(flops=2 * 8192**3 / (mm_ms * 1e-3), bandwidth=2 * src.numel() * 4 / (copy_ms * 1e-3))
+
+
+def rel_err(x, ref):
+    return ((x.double() - ref).norm() / ref.norm()).item()
+
+
+def check_ours(variant: str, chunk: int, seq_len=8192, heads=16) -> dict:
+    """bf16 kernel vs float64 chunkwise reference (kernel gradient convention), B = 1, real size."""
+    from tflabench.kernels.mlstm.reference import mlstm_chunkwise
+
+    q, k, v, i, f = make_inputs("bthd", 1, seq_len, heads, 128, 256, seed=1)
+    leaves = [x.detach().requires_grad_() for x in (q, k, v, i, f)]
+    h = ours(variant, chunk)(*leaves)
+    dh = torch.randn_like(h)
+    h.backward(dh)
+    ref_leaves = [x.detach().double().requires_grad_() for x in (q, k, v, i, f)]
+    h_ref = mlstm_chunkwise(*ref_leaves, variant=variant, chunk_size=256, detach_normalizer=True)
+    h_ref.backward(dh.double())
+    errors = {"h": rel_err(h, h_ref.detach())}
+    for name, leaf, ref_leaf in zip("qkvif", leaves, ref_leaves):
+        errors["d" + name] = rel_err(leaf.grad, ref_leaf.grad)
+    errors["finite"] = bool(all(torch.isfinite(x.grad).all() for x in leaves) and torch.isfinite(h).all())
+    return errors
+
+
+def run_reference_child(variant: str, chunk: int, mode: str) -> dict:
+    """One reference configuration in a child process (survives compiler aborts)."""
+    cmd = [sys.executable, __file__, "--child", f"{variant},{chunk},{mode}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return dict(status=f"crash (exit {proc.returncode})", reason=" | ".join(tail)[-300:])
+
+
+def child(spec: str) -> None:
+    variant, chunk, mode = spec.split(",")
+    inputs = make_inputs("bhtd", **FIG4)
+    result = measure(reference(variant, int(chunk)), inputs, mode)
+    print("RESULT " + json.dumps(dict(status="ok", **result)), flush=True)
+
+
+def model_ms(variant: str, chunk: int, ceil: dict, mode: str) -> float | None:
+    try:
+        from tflabench.analysis.hardware import Ceilings
+        from tflabench.analysis.models import kernel_cost
+        from tflabench.analysis.roofline import runtime_additive
+    except ImportError:
+        return None
+    cost = kernel_cost(f"mlstm_{variant}", batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256,
+                       chunk_size=chunk, mode=mode)
+    return 1e3 * runtime_additive(cost, Ceilings(ceil["flops"], ceil["bandwidth"], "measured"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="results/tfla-vs-reference")
+    parser.add_argument("--chunks", default="64,128,256,512")
+    parser.add_argument("--child")
+    parser.add_argument("--skip-check", action="store_true")
+    parser.add_argument("--reference-variants", default="sig,exp")
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = [int(c) for c in args.chunks.split(",")]
+    ceil = ceilings()
+    print(f"ceilings: {ceil['flops'] / 1e12:.0f} TFLOP/s bf16, {ceil['bandwidth'] / 1e12:.2f} TB/s", flush=True)
+    checks = {}
+    if not args.skip_check:
+        for variant in ("sig", "exp"):
+            for chunk in (64, 256):
+                checks[f"{variant}-L{chunk}"] = check_ours(variant, chunk)
+                print(f"check {variant} L={chunk}: {checks[f'{variant}-L{chunk}']}", flush=True)
+    torch.cuda.empty_cache()
+    rows = []
+    inputs = make_inputs("bthd", **FIG4)
+    for variant in ("sig", "exp"):
+        for chunk in chunks:
+            for mode in ("fwd", "fwdbw"):
+                r = dict(kernel=f"tflabench.{variant}.xl_chunk", variant=variant, chunk=chunk, mode=mode,
+                         status="ok", **measure(ours(variant, chunk), inputs, mode))
+                r["model_ms"] = model_ms(variant, chunk, ceil, mode)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    del inputs
+    torch.cuda.empty_cache()
+    for variant in args.reference_variants.split(","):
+        for chunk in chunks:
+            for mode in ("fwd", "fwdbw"):
+                r = dict(kernel=f"mlstm_kernels.{variant}.xl_chunk", variant=variant, chunk=chunk, mode=mode,
+                         **run_reference_child(variant, chunk, mode))
+                r["model_ms"] = model_ms(variant, chunk, ceil, mode)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+                if r["status"] != "ok" and mode == "fwd":
+                    break
+    meta = dict(
+        gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+        cuda=torch.version.cuda, config=FIG4, dtype="bfloat16", ceilings=ceil, checks=checks,
+        command=" ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M:%S"),
+    )
+    try:
+        import mlstm_kernels
+
+        meta["mlstm_kernels"] = mlstm_kernels.__version__
+    except ImportError:
+        meta["mlstm_kernels"] = None
+    (out / "results.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    print_summary(rows)
+
+
+def print_summary(rows) -> None:
+    best = {}
+    for r in rows:
+        if r.get("status") == "ok":
+            key = (r["kernel"], r["mode"])
+            if key not in best or r["time_ms"] < best[key]["time_ms"]:
+                best[key] = r
+    print(f"{'kernel':32s} {'mode':6s} {'L':>5s} {'ms':>8s} {'MiB':>8s} {'model ms':>9s}")
+    for (kernel, mode), r in sorted(best.items()):
+        model = f"{r['model_ms']:.3f}" if r.get("model_ms") else "-"
+        print(f"{kernel:32s} {mode:6s} {r['chunk']:5d} {r['time_ms']:8.3f} {r['peak_mib']:8.0f} {model:>9s}")
+    for mode in ("fwd", "fwdbw"):
+        ref = best.get(("mlstm_kernels.sig.xl_chunk", mode))
+        mine = best.get(("tflabench.sig.xl_chunk", mode))
+        if ref and mine:
+            print(f"sig {mode}: ours/reference = {mine['time_ms'] / ref['time_ms']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
