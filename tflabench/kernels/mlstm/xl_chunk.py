@@ -80,7 +80,9 @@ def _contiguous_last(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class _Forward:
-    h: torch.Tensor
+    """What the forward pass computes; all but h are kept for the backward pass."""
+
+    h: torch.Tensor | None
     states: torch.Tensor  # [B*H, NC+1, Dqk, Dv]
     norms: torch.Tensor  # [B*H, NC+1, Dqk]
     maxes: torch.Tensor  # [B*H, NC+1]
@@ -226,10 +228,12 @@ class _MLSTMChunkwise(torch.autograd.Function):
         ctx.config = (tiling, sig, normalize, eps, recompute_states, initial is not None)
         if recompute_states:
             fwd.states = None
+        h = fwd.h
+        fwd.h = None  # the output is not needed for the backward pass; keeping it would form a reference cycle
         ctx.fwd = fwd
         saved_initial = initial if initial is not None else ()
         ctx.save_for_backward(q, k, v, i, f, *saved_initial)
-        return fwd.h, c_last, n_last, m_last
+        return h, c_last, n_last, m_last
 
     @staticmethod
     def backward(ctx, dh, dc_last, _dn_last, _dm_last):
@@ -241,7 +245,7 @@ class _MLSTMChunkwise(torch.autograd.Function):
                 k, v, fwd.log_f_cumsum, fwd.log_i, tuple(initial) if has_initial else None,
                 tiling, not sig, False,
             )
-        dh = _contiguous_last(dh) if dh is not None else torch.zeros_like(fwd.h)
+        dh = _contiguous_last(dh) if dh is not None else torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
         dc_last = dc_last.float().contiguous() if dc_last is not None else None
         dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, dh, dc_last, fwd, tiling, sig, normalize)
         return dq, dk, dv, di, df, dc0 if has_initial else None, None, None, None, None, None, None, None
