@@ -45,13 +45,65 @@ def make_inputs(layout: str, batch, seq_len, heads, head_dim_qk, head_dim_v, dty
     return q, k, v, i, f
 
 
-def ours(variant: str, chunk: int):
-    from tflabench.kernels.mlstm.xl_chunk import mlstm_xl_chunk
+#: Tiling candidates for --tune (chunk filled in per run); keys are Tiling fields.
+TILINGS = {
+    "base": dict(),
+    "s128x64-o64x64x64x128-st2": dict(state_block_qk=128, state_block_v=64, block_v=128, num_stages=2),
+    "s128x128w8-o128x64x64x128w8": dict(state_block_qk=128, state_block_v=128, state_num_warps=8,
+                                        block_q=128, block_v=128, num_warps=8, num_stages=2),
+    "s64x128-o64x64x128x128-st2": dict(state_block_v=128, block_qk=128, block_v=128, num_stages=2),
+    "o128x128x64x128w8": dict(state_block_qk=128, block_q=128, block_kv=128, block_v=128, num_warps=8,
+                              num_stages=2),
+    "o64x64x128x256w8": dict(state_block_qk=128, block_qk=128, block_v=256, num_warps=8, num_stages=2),
+    "o64x32x64x128": dict(state_block_qk=128, block_kv=32, block_v=128, num_stages=2),
+}
+
+
+def ours(variant: str, chunk: int, tiling_name: str = "base"):
+    from tflabench.kernels.mlstm.xl_chunk import Tiling, mlstm_xl_chunk
+
+    tiling = Tiling(**{**Tiling.default(chunk, 128, 256).__dict__, **TILINGS[tiling_name]})
 
     def run(q, k, v, i, f):
-        return mlstm_xl_chunk(q, k, v, i, f, variant=variant, chunk_size=chunk, normalize=False, eps=1e-6)
+        return mlstm_xl_chunk(q, k, v, i, f, variant=variant, chunk_size=chunk, normalize=False, eps=1e-6,
+                              tiling=tiling)
 
     return run
+
+
+def forward_breakdown(variant: str, chunk: int, tiling_name: str, inputs) -> dict:
+    """Times (ms) of the three forward launches: gate cumsums, chunk states, outputs (by difference)."""
+    from tflabench.kernels.mlstm import xl_chunk
+
+    tiling = xl_chunk.Tiling(**{**xl_chunk.Tiling.default(chunk, 128, 256).__dict__, **TILINGS[tiling_name]})
+    q, k, v, i, f = inputs
+    sig = variant == "sig"
+    gates = xl_chunk._gate_cumsums(i, f, tiling, sig)
+    gate_ms = triton.testing.do_bench(lambda: xl_chunk._gate_cumsums(i, f, tiling, sig), rep=100)
+    state_ms = triton.testing.do_bench(
+        lambda: xl_chunk._chunk_states(k, v, *gates, None, tiling, not sig, not sig), rep=100)
+    total_ms = triton.testing.do_bench(
+        lambda: xl_chunk._forward(q, k, v, i, f, None, tiling, sig, not sig, 1e-6), rep=100)
+    return dict(gates_ms=gate_ms, states_ms=state_ms, outputs_ms=total_ms - gate_ms - state_ms)
+
+
+def tune(chunks, variants) -> list[dict]:
+    inputs = make_inputs("bthd", **FIG4)
+    rows = []
+    for variant in variants:
+        for chunk in chunks:
+            for name in TILINGS:
+                row = dict(variant=variant, chunk=chunk, tiling=name)
+                try:
+                    row["fwd_ms"] = measure(ours(variant, chunk, name), inputs, "fwd")["time_ms"]
+                    row.update(forward_breakdown(variant, chunk, name, inputs))
+                    row["fwdbw_ms"] = measure(ours(variant, chunk, name), inputs, "fwdbw")["time_ms"]
+                except Exception as exc:  # out of shared memory / registers for this tiling
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+                print("TUNE " + json.dumps(row), flush=True)
+                rows.append(row)
+                torch.cuda.empty_cache()
+    return rows
 
 
 def reference(variant: str, chunk: int):
@@ -170,11 +222,16 @@ def main() -> None:
     parser.add_argument("--child")
     parser.add_argument("--skip-check", action="store_true")
     parser.add_argument("--reference-variants", default="sig,exp")
+    parser.add_argument("--tune", action="store_true", help="time every tiling candidate, then exit")
     args = parser.parse_args()
     if args.child:
         return child(args.child)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.tune:
+        rows = tune([int(c) for c in args.chunks.split(",")], ["sig", "exp"])
+        (out / "tune.json").write_text(json.dumps(rows, indent=1))
+        return
     chunks = [int(c) for c in args.chunks.split(",")]
     ceil = ceilings()
     print(f"ceilings: {ceil['flops'] / 1e12:.0f} TFLOP/s bf16, {ceil['bandwidth'] / 1e12:.2f} TB/s", flush=True)

@@ -31,42 +31,47 @@ def _largest_pow2_block(dim: int, cap: int) -> int:
 
 @dataclass(frozen=True)
 class Tiling:
-    """Block sizes of the TFLA kernels (all powers of two).
+    """Block sizes and launch parameters of the TFLA kernels (block sizes are powers of two >= 16).
 
-    chunk: L. block_state: BL, the sub-chunk of the state recurrence. block_q / block_kv: B_Lhq / B_Lkv of
-    the intra-chunk tiles (block_q >= block_kv, both divide L). block_qk / block_v: B_dqk / B_dhv.
+    chunk: L. Recurrent (state) kernels: block_state (BL, the sub-chunk of the recurrence), state_block_qk
+    and state_block_v (the state tile of one program), state_num_warps, state_num_stages. Parallel (output
+    and gradient) kernels: block_q / block_kv (B_Lhq / B_Lkv, block_q >= block_kv, both divide L),
+    block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages.
     """
 
     chunk: int
-    block_state: int
-    block_q: int
-    block_kv: int
-    block_qk: int
-    block_v: int
+    block_state: int = 64
+    state_block_qk: int = 64
+    state_block_v: int = 64
+    block_q: int = 64
+    block_kv: int = 64
+    block_qk: int = 64
+    block_v: int = 64
     num_warps: int = 4
     num_stages: int = 1
+    state_num_warps: int = 4
+    state_num_stages: int = 1
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, limit: bool = False) -> "Tiling":
         tile = chunk if limit else min(64, chunk)
-        return cls(
-            chunk=chunk,
-            block_state=min(64, chunk),
-            block_q=tile,
-            block_kv=tile,
-            block_qk=_largest_pow2_block(head_dim_qk, 64),
-            block_v=_largest_pow2_block(head_dim_v, 64),
-        )
+        qk_block = _largest_pow2_block(head_dim_qk, 64)
+        v_block = _largest_pow2_block(head_dim_v, 64)
+        return cls(chunk=chunk, block_state=min(64, chunk), state_block_qk=qk_block, state_block_v=v_block,
+                   block_q=tile, block_kv=tile, block_qk=qk_block, block_v=v_block)
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
-        for name in ("chunk", "block_state", "block_q", "block_kv", "block_qk", "block_v"):
+        blocks = ("chunk", "block_state", "state_block_qk", "state_block_v", "block_q", "block_kv",
+                  "block_qk", "block_v")
+        for name in blocks:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
                 raise ValueError(f"tiling {name}={value} must be a power of two >= 16")
         if self.chunk % self.block_q or self.chunk % self.block_state or self.block_q % self.block_kv:
             raise ValueError(f"tiling {self}: block_q and block_state must divide the chunk, block_kv block_q")
-        if head_dim_qk % self.block_qk or head_dim_v % self.block_v:
-            raise ValueError(f"tiling {self}: block_qk/block_v must divide the head dims")
+        for qk_block, v_block in ((self.block_qk, self.block_v), (self.state_block_qk, self.state_block_v)):
+            if head_dim_qk % qk_block or head_dim_v % v_block:
+                raise ValueError(f"tiling {self}: head-dim blocks must divide the head dims")
 
 
 def _token_strides(x: torch.Tensor) -> tuple[int, int, int]:
@@ -112,13 +117,13 @@ def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize:
     norms = torch.empty(B * H, NC + 1, DQK, device=k.device, dtype=torch.float32) if track_n else states
     maxes = torch.empty(B * H, NC + 1, device=k.device, dtype=torch.float32) if stabilize else states
     c0, n0, m0 = initial if initial is not None else (states, states, states)
-    grid = (DQK // tiling.block_qk, DV // tiling.block_v, B * H)
+    grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
     triton_fwd.chunk_states_kernel[grid](
         k, v, log_f_cumsum, log_i, c0, n0, m0, states, norms, maxes,
         *_token_strides(k), *_token_strides(v), T, H, NC,
-        DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.block_qk, BV=tiling.block_v,
-        STABILIZE=stabilize, TRACK_N=track_n, HAS_INITIAL=initial is not None,
-        num_warps=tiling.num_warps, num_stages=tiling.num_stages,
+        DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.state_block_qk,
+        BV=tiling.state_block_v, STABILIZE=stabilize, TRACK_N=track_n, HAS_INITIAL=initial is not None,
+        num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
     )
     return states, norms, maxes
 
@@ -160,11 +165,14 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, tiling: Tiling, sig: bo
 
     dstates = torch.empty_like(fwd.states)
     has_dc_last = dc_last is not None
-    triton_bwd.chunk_state_grads_kernel[(DQK // tiling.block_qk, DV // tiling.block_v, B * H)](
+    state_grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
+    triton_bwd.chunk_state_grads_kernel[state_grid](
         q, dh, fwd.log_f_cumsum, fwd.maxes, fwd.m_comb, fwd.denom,
         dc_last if has_dc_last else dstates, dstates,
         *_token_strides(q), *_token_strides(dh), T, H, NC, qk_scale,
-        BL=tiling.block_state, HAS_DC_LAST=has_dc_last, **dims, **flags,
+        DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.state_block_qk,
+        BV=tiling.state_block_v, STABILIZE=stabilize, NORMALIZE=normalize, HAS_DC_LAST=has_dc_last,
+        num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
     )
     num_qk_blocks = DQK // tiling.block_qk
     dq = torch.empty_like(q)
