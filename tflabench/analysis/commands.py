@@ -1,5 +1,459 @@
-"""CLI commands of the analysis layer (placeholder; filled in by the analysis work)."""
+"""CLI commands of the analysis layer: `gpus`, `optimal-chunk`, `roofline`, `calibrate` (all with --json)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from tflabench.analysis import hardware
+from tflabench.analysis import optimal_chunk as oc
+from tflabench.analysis.hardware import GPU, Ceilings
+from tflabench.analysis.models import MLSTM_VARIANTS
+from tflabench.analysis.roofline import RooflinePoint, roofline_point
+from tflabench.bench.registry import FAMILIES
+from tflabench.errors import InputError
+
+DEFAULT_CHUNK_SIZES = "16,32,64,128,256,512,1024,2048,4096"
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "tfloat32": 4, "float32": 4}
+_CHUNKLESS_FAMILIES = ("softmax_attention",)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
+GpuOption = Annotated[str, typer.Option(help="GPU key or alias (see `tflabench gpus`).")]
+MeasuredFlag = Annotated[
+    bool, typer.Option("--measured", help="Use the stored calibration of the GPU (datasheet if none).")
+]
+ChunkSizesOption = Annotated[
+    str, typer.Option(help="Comma-separated chunk sizes to evaluate (those above --seq-len are dropped).")
+]
 
 
-def register(app) -> None:
-    return None
+def register(app: typer.Typer) -> None:
+    app.command("gpus")(gpus)
+    app.command("optimal-chunk")(optimal_chunk)
+    app.command("roofline")(roofline)
+    app.command("calibrate")(calibrate)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _console() -> Console:
+    return Console(markup=False, highlight=False)
+
+
+def _table(title: str, columns: list[str], left: tuple[str, ...] = (), caption: str | None = None) -> Table:
+    table = Table(
+        title=title,
+        caption=caption,
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        caption_justify="left",
+        collapse_padding=True,
+        pad_edge=False,
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right", no_wrap=True)
+    return table
+
+
+def _echo_json(payload: dict) -> None:
+    typer.echo(json.dumps(payload, indent=2))
+
+
+def _check_positive_int(name: str, value: int) -> int:
+    if value <= 0:
+        raise InputError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
+def _parse_chunk_sizes(text: str, seq_len: int) -> list[int]:
+    sizes = []
+    for item in text.split(","):
+        try:
+            size = int(item)
+        except ValueError:
+            raise InputError(f"chunk sizes must be comma-separated positive integers, got {text!r}") from None
+        sizes.append(_check_positive_int("chunk size", size))
+    kept = sorted({size for size in sizes if size <= seq_len})
+    if not kept:
+        raise InputError(f"no chunk size in {text!r} is at most seq_len={seq_len}")
+    return kept
+
+
+def _parse_family_params(items: list[str]) -> dict:
+    params = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"--param expects NAME=VALUE, got {item!r}")
+        params[name] = _parse_scalar(text)
+    return params
+
+
+def _parse_scalar(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _ceilings(gpu: GPU, dtype: str, measured: bool) -> Ceilings:
+    if dtype not in DTYPE_BYTES:
+        raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BYTES)})")
+    if measured:
+        if dtype != "bfloat16":
+            raise InputError("measured ceilings are bf16 matmul rates: use --dtype bfloat16 with --measured")
+        stored = hardware.load_measured_ceilings(gpu.key)
+        if stored is not None:
+            return stored
+    return hardware.datasheet_ceilings(gpu, dtype)
+
+
+def _ceilings_json(ceilings: Ceilings) -> dict:
+    return {
+        "flops": ceilings.flops,
+        "bandwidth": ceilings.bandwidth,
+        "ridge": ceilings.ridge,
+        "source": ceilings.source,
+    }
+
+
+def _gpu_lines(gpu: GPU, ceilings: Ceilings, dtype: str, measured: bool) -> list[str]:
+    note = " (no stored calibration)" if measured and ceilings.source == "datasheet" else ""
+    return [
+        f"GPU: {gpu.key} ({gpu.name})",
+        f"ceilings: {ceilings.source}{note}, {ceilings.flops / 1e12:.1f} TFLOP/s {dtype}, "
+        f"{ceilings.bandwidth / 1e12:.3g} TB/s, ridge {ceilings.ridge:.1f} FLOP/B",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- gpus
+def gpus(as_json: JsonFlag = False) -> None:
+    """List the GPU database (dense datasheet peaks, bandwidth, sources, stored measured ceilings)."""
+    rows = []
+    for gpu in hardware.GPUS.values():
+        measured = hardware.load_measured_ceilings(gpu.key)
+        rows.append((gpu, measured))
+    if as_json:
+        _echo_json(
+            {
+                "gpus": [
+                    {
+                        "key": gpu.key,
+                        "name": gpu.name,
+                        "year": gpu.year,
+                        "peak_flops": gpu.peak_flops,
+                        "bandwidth": gpu.bandwidth,
+                        "ridge_bfloat16": hardware.datasheet_ceilings(gpu).ridge,
+                        "source": gpu.source,
+                        "measured": measured and _ceilings_json(measured),
+                    }
+                    for gpu, measured in rows
+                ],
+                "aliases": hardware.ALIASES,
+            }
+        )
+        return
+    table = _table(
+        "GPU database: dense TFLOP/s, TB/s, bf16 ridge in FLOP/B",
+        ["key", "year", "bf16", "fp16", "tf32", "fp32", "TB/s", "ridge", "measured bf16"],
+        left=("key", "measured bf16"),
+    )
+    for gpu, measured in rows:
+        peaks = [f"{gpu.peak_flops[dtype] / 1e12:g}" for dtype in hardware.PEAK_DTYPES]
+        measured_text = f"{measured.flops / 1e12:.0f} / {measured.bandwidth / 1e12:.2f}" if measured else "-"
+        table.add_row(
+            gpu.key,
+            str(gpu.year or "-"),
+            *peaks,
+            f"{gpu.bandwidth / 1e12:g}",
+            f"{hardware.datasheet_ceilings(gpu).ridge:.1f}",
+            measured_text,
+        )
+    console = _console()
+    console.print(table)
+    aliases = ", ".join(f"{alias} -> {key}" for alias, key in hardware.ALIASES.items())
+    console.print(f"aliases: {aliases} (the entries that reproduce the TFLA paper's numbers)")
+    for gpu, measured in rows:
+        console.print(
+            f"{gpu.key}: {gpu.name}. {gpu.source}" + (f"; measured: {measured.source}" if measured else "")
+        )
+
+
+# ---------------------------------------------------------------------------------------------- optimal-chunk
+def optimal_chunk(
+    gpu: GpuOption = "h100",
+    head_dim_v: Annotated[int, typer.Option(help="Value head dimension d_hv.")] = 512,
+    qk_ratio: Annotated[float, typer.Option(help="p = d_qk / d_hv, in (0, 4].")] = 0.5,
+    state_bytes: Annotated[int, typer.Option(help="Bytes per state element (4 fp32, 2 bf16).")] = 4,
+    causal_factor: Annotated[float, typer.Option(help="Computed fraction F_c of the L x L matrix.")] = 0.5,
+    seq_len: Annotated[int, typer.Option(help="Sequence length T.")] = 8192,
+    batch: Annotated[int, typer.Option(help="Batch size (runtime table only).")] = 8,
+    heads: Annotated[int, typer.Option(help="Number of heads (runtime table only).")] = 8,
+    chunk_sizes: ChunkSizesOption = DEFAULT_CHUNK_SIZES,
+    measured: MeasuredFlag = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """FLOP- and runtime-optimal chunk size of the mLSTM kernels, the runnable choice, Eq. 116 over L."""
+    device = hardware.get_gpu(gpu)
+    ceilings = _ceilings(device, "bfloat16", measured)
+    for name, value in (("head_dim_v", head_dim_v), ("batch", batch), ("heads", heads), ("seq_len", seq_len)):
+        _check_positive_int(name, value)
+    model = {
+        "head_dim_v": head_dim_v,
+        "qk_ratio": qk_ratio,
+        "state_bytes": state_bytes,
+        "causal_factor": causal_factor,
+    }
+    problem = {"seq_len": seq_len, "batch": batch, "heads": heads}
+    report = _optimal_chunk_report(ceilings, model, problem, _parse_chunk_sizes(chunk_sizes, seq_len))
+    if as_json:
+        _echo_json(
+            {
+                "gpu": device.key,
+                "ceilings": _ceilings_json(ceilings),
+                "params": {**model, **problem},
+                **report,
+            }
+        )
+        return
+    console = _console()
+    for line in _gpu_lines(device, ceilings, "bf16", measured):
+        console.print(line)
+    console.print(
+        f"mLSTM forward: d_hv={head_dim_v}, d_qk={qk_ratio * head_dim_v:g} (p={qk_ratio:g}), "
+        f"{state_bytes}-byte states, F_c={causal_factor:g}"
+    )
+    console.print(f"Eq. 116 runtimes for B={batch}, NH={heads}, T={seq_len}")
+    _print_optimal_chunk(console, report, oc.admissible_chunk_sizes(seq_len))
+
+
+def _optimal_chunk_report(ceilings: Ceilings, model: dict, problem: dict, chunk_sizes: list[int]) -> dict:
+    """Per variant: FLOP- and runtime-optimal L, runnable L with its reason; Eq. 116 over L in ms."""
+    seq_len, batch_heads = problem["seq_len"], problem["batch"] * problem["heads"]
+
+    def eq116_ms(variant: str, L: float) -> float:
+        return batch_heads * 1e3 * oc.runtime_per_head(variant, ceilings, L, seq_len, **model)
+
+    variants = {}
+    for variant in oc.VARIANTS:
+        optimum = oc.runtime_optimal_chunk(variant, ceilings, **model)
+        runnable, reason = oc.runnable_chunk(variant, ceilings, seq_len=seq_len, **model)
+        flop_optimum = oc.flop_optimal_chunk(
+            model["head_dim_v"], model["qk_ratio"], model["causal_factor"], variant=variant
+        )
+        variants[variant] = {
+            "flop_optimal": flop_optimum,
+            "runtime_optimal": optimum,
+            "runtime_optimal_ms": eq116_ms(variant, optimum),
+            "runnable": runnable,
+            "runnable_ms": eq116_ms(variant, runnable),
+            "reason": reason,
+        }
+    runtimes = [{"chunk_size": L, **{v: eq116_ms(v, L) for v in oc.VARIANTS}} for L in chunk_sizes]
+    return {"variants": variants, "runtime_ms": runtimes}
+
+
+def _print_optimal_chunk(console: Console, report: dict, admissible: list[int]) -> None:
+    summary = _table(
+        "Optimal chunk size",
+        [
+            "variant",
+            "FLOP-opt.\nL",
+            "runtime-opt.\nL*",
+            "Eq. 116\nat L* ms",
+            "runnable\nL",
+            "Eq. 116 at\nrunnable ms",
+        ],
+        left=("variant",),
+        caption="sig: Eq. 111 and Eq. 121; exp: the same recipe with the exp counts (mlstm-tfla.md 11.3)",
+    )
+    for variant, result in report["variants"].items():
+        summary.add_row(
+            variant,
+            f"{result['flop_optimal']:.1f}",
+            f"{result['runtime_optimal']:.1f}",
+            f"{result['runtime_optimal_ms']:.3f}",
+            str(result["runnable"]),
+            f"{result['runnable_ms']:.3f}",
+        )
+    console.print(summary)
+    console.print(
+        f"admissible chunk sizes (powers of two >= {oc.MIN_RUNNABLE_CHUNK} dividing T): "
+        + ", ".join(map(str, admissible))
+    )
+    for variant, result in report["variants"].items():
+        console.print(f"{variant}: {result['reason']}")
+    console.print()
+    table = _table(
+        "Eq. 116 forward runtime (additive model) over L", ["L", "sig ms", "exp ms", "note"], left=("note",)
+    )
+    for row in report["runtime_ms"]:
+        L = row["chunk_size"]
+        chosen = [v for v, result in report["variants"].items() if result["runnable"] == L]
+        note = (
+            f"runnable choice ({', '.join(chosen)})" if chosen else "" if L in admissible else "not runnable"
+        )
+        table.add_row(str(L), *(f"{row[v]:.2f}" for v in oc.VARIANTS), note)
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------- roofline
+def roofline(
+    gpu: GpuOption = "h100",
+    family: Annotated[str, typer.Option(help=f"Kernel family: {', '.join(FAMILIES)}.")] = "mlstm_sig",
+    head_dim_qk: Annotated[int, typer.Option(help="Query/key head dimension d_qk.")] = 256,
+    head_dim_v: Annotated[int, typer.Option(help="Value head dimension d_v.")] = 512,
+    seq_len: Annotated[int, typer.Option(help="Sequence length T.")] = 8192,
+    batch: Annotated[int, typer.Option(help="Batch size.")] = 8,
+    heads: Annotated[int, typer.Option(help="Number of heads.")] = 8,
+    chunk_sizes: ChunkSizesOption = DEFAULT_CHUNK_SIZES,
+    mode: Annotated[str, typer.Option(help="fwd or fwdbw.")] = "fwd",
+    dtype: Annotated[str, typer.Option(help=f"Input dtype and peak: {', '.join(DTYPE_BYTES)}.")] = "bfloat16",
+    state_bytes: Annotated[int, typer.Option(help="Bytes per materialized state element.")] = 4,
+    causal_factor: Annotated[float, typer.Option(help="Computed fraction F_c of the causal matrix.")] = 0.5,
+    formulation: Annotated[
+        str, typer.Option(help="mLSTM only: chunkwise, parallel or recurrent.")
+    ] = "chunkwise",
+    param: Annotated[list[str] | None, typer.Option(help="Family parameter NAME=VALUE (repeatable).")] = None,
+    measured: MeasuredFlag = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Per chunk size: FLOPs, bytes, intensity, roofline bound, additive and overlapped model time."""
+    device = hardware.get_gpu(gpu)
+    ceilings = _ceilings(device, dtype, measured)
+    _check_positive_int("seq_len", seq_len)
+    chunked = family not in _CHUNKLESS_FAMILIES and (
+        family not in MLSTM_VARIANTS or formulation == "chunkwise"
+    )
+    sizes = _parse_chunk_sizes(chunk_sizes, seq_len) if chunked else [None]
+    cost_kwargs = {
+        "batch": batch,
+        "seq_len": seq_len,
+        "heads": heads,
+        "head_dim_qk": head_dim_qk,
+        "head_dim_v": head_dim_v,
+        "mode": mode,
+        "dtype_bytes": DTYPE_BYTES[dtype],
+        "state_bytes": state_bytes,
+        "causal_factor": causal_factor,
+        "formulation": formulation,
+        **_parse_family_params(param or []),
+    }
+    points = [roofline_point(family, ceilings, L, **cost_kwargs) for L in sizes]
+    if as_json:
+        _echo_json(
+            {
+                "gpu": device.key,
+                "family": family,
+                "ceilings": _ceilings_json(ceilings),
+                "params": cost_kwargs,
+                "points": [_point_json(point) for point in points],
+            }
+        )
+        return
+    console = _console()
+    for line in _gpu_lines(device, ceilings, dtype, measured):
+        console.print(line)
+    console.print(
+        f"{family} {mode}"
+        + (f" ({formulation})" if family in MLSTM_VARIANTS else "")
+        + f": B={batch}, NH={heads}, T={seq_len}, d_qk={head_dim_qk}, d_v={head_dim_v}"
+    )
+    console.print(f"{dtype} inputs, {state_bytes}-byte states, F_c={causal_factor:g}")
+    _print_roofline(console, points)
+
+
+def _point_json(point: RooflinePoint) -> dict:
+    return {
+        "chunk_size": point.chunk_size,
+        "flops": point.cost.flops,
+        "bytes": point.cost.bytes,
+        "intensity": point.cost.intensity,
+        "attainable_flops": point.attainable_flops,
+        "runtime_additive_s": point.runtime_additive,
+        "runtime_overlap_s": point.runtime_overlap,
+        "bound": point.bound,
+    }
+
+
+def _print_roofline(console: Console, points: list[RooflinePoint]) -> None:
+    table = _table(
+        "Roofline per chunk size (attainable = min(alpha, beta I))",
+        ["L", "GFLOP", "GB", "FLOP/B", "attainable\nTFLOP/s", "additive\nms", "overlap\nms", "bound"],
+        left=("bound",),
+        caption="additive = F/alpha + B/beta, overlap = max(F/alpha, B/beta)",
+    )
+    for p in points:
+        table.add_row(
+            "-" if p.chunk_size is None else str(p.chunk_size),
+            f"{p.cost.flops / 1e9:,.1f}",
+            f"{p.cost.bytes / 1e9:,.3f}",
+            f"{p.cost.intensity:.1f}",
+            f"{p.attainable_flops / 1e12:.1f}",
+            f"{p.runtime_additive * 1e3:.3f}",
+            f"{p.runtime_overlap * 1e3:.3f}",
+            p.bound,
+        )
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------- calibrate
+def calibrate(
+    gpu: Annotated[str | None, typer.Option(help="Database key to store under (default: detected).")] = None,
+    matmul_size: Annotated[int, typer.Option(help="n of the n x n x n bf16 matmul.")] = 8192,
+    copy_mib: Annotated[int, typer.Option(help="Size of the device copy in MiB.")] = 1024,
+    repeats: Annotated[int, typer.Option(help="Timed repeats (median reported).")] = 20,
+    save: Annotated[bool, typer.Option(help="Store the result under results/calibration/.")] = True,
+    as_json: JsonFlag = False,
+) -> None:
+    """Measure this GPU's bf16 matmul rate and copy bandwidth (read + write) and store them."""
+    from tflabench.analysis.calibrate import cuda_device_name, measure_ceilings
+
+    device_name = cuda_device_name()
+    device = hardware.get_gpu(gpu) if gpu else hardware.gpu_from_device_name(device_name)
+    if device is None:
+        raise InputError(
+            f"GPU {device_name!r} is not in the database: pass --gpu KEY to store its calibration"
+        )
+    _check_positive_int("copy_mib", copy_mib)
+    measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
+    path = hardware.save_measured_ceilings(device.key, measured) if save else None
+    datasheet = hardware.datasheet_ceilings(device)
+    if as_json:
+        _echo_json(
+            {
+                "gpu": device.key,
+                "device": device_name,
+                "measured": _ceilings_json(measured),
+                "datasheet": _ceilings_json(datasheet),
+                "stored": str(path) if path else None,
+            }
+        )
+        return
+    table = _table(
+        f"Calibration of {device_name} ({device.key})",
+        ["ceiling", "measured", "datasheet", "fraction"],
+        left=("ceiling",),
+    )
+    table.add_row(
+        "bf16 matmul TFLOP/s",
+        f"{measured.flops / 1e12:.1f}",
+        f"{datasheet.flops / 1e12:.1f}",
+        f"{measured.flops / datasheet.flops:.2f}",
+    )
+    table.add_row(
+        "copy TB/s (read+write)",
+        f"{measured.bandwidth / 1e12:.2f}",
+        f"{datasheet.bandwidth / 1e12:.2f}",
+        f"{measured.bandwidth / datasheet.bandwidth:.2f}",
+    )
+    table.add_row("ridge FLOP/B", f"{measured.ridge:.1f}", f"{datasheet.ridge:.1f}", "")
+    console = _console()
+    console.print(table)
+    console.print(f"stored in {path}" if path else "not stored (--no-save)")

@@ -1,0 +1,979 @@
+"""Figures of a tflabench run, after the kernel-benchmark and roofline figures of the TFLA paper.
+
+The input is a `Run`: the results table `results/<run>/results.csv` (columns
+`tflabench.bench.schema.COLUMNS`, one row per kernel x sweep point) and the run's `meta.json`. Every
+``plot_*`` function returns a matplotlib `Figure` on the Agg canvas (no pyplot, no global state) drawn in
+the module's one style (`STYLE`); `render` saves the figures of the requested kinds as PNG and/or SVG.
+
+Kinds (`PLOT_KINDS`):
+
+* ``runtime``: runtime vs sequence length per kernel, forward and forward+backward panels (TFLA Fig. 4);
+  rows that were not measured are listed under the plot with their status and reason.
+* ``memory``: runtime vs peak memory across chunk sizes (Fig. 5), each point labelled with its chunk
+  size, the measured optimum and the theoretical one (Eq. 121 rounded to a runnable L) marked.
+* ``roofline``: achieved FLOP/s vs arithmetic intensity under the run GPU's datasheet and measured roofs,
+  with H100 and A100 roofs for reference (Fig. 19).
+* ``optimal-chunk``: runtime-optimal chunk size (Eq. 121) vs head dim per GPU and the FLOP-optimal one
+  (Eq. 111) (Figs. 21-22), with the run's measured optima overlaid.
+* ``model``: the additive runtime model F/alpha + B/beta (the form of Eq. 116, measured ceilings) and the
+  overlap bound max(F/alpha, B/beta) against the measured runtime over chunk sizes.
+
+The analysis layer (hardware DB, roofline, optimal chunk size) is imported inside the functions that
+need it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from tflabench.bench.registry import MODES
+from tflabench.bench.schema import COLUMNS, STATUSES
+from tflabench.errors import InputError
+
+PLOT_FORMATS = ("png", "svg")
+
+#: The one style of every tflabench figure (matplotlib rcParams, applied per figure).
+STYLE = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "figure.titlesize": 11,
+    "legend.fontsize": 7.5,
+    "legend.title_fontsize": 8,
+    "legend.frameon": False,
+    "axes.grid": True,
+    "axes.grid.which": "major",
+    "grid.alpha": 0.35,
+    "grid.linewidth": 0.6,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.6,
+    "lines.markersize": 5,
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white",
+    "svg.fonttype": "none",
+    "svg.hashsalt": "tflabench",
+}
+SAVE_DPI = 150
+PANEL_SIZE = (5.0, 3.8)  # inches per panel
+
+MODE_TITLES = {"fwd": "forward", "fwdbw": "forward + backward"}
+MODE_MARKERS = {"fwd": "o", "fwdbw": "s"}
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+LEGEND_TITLE = "kernel   heads×d_qk/d_v   chunk L"
+#: GPUs of the optimal-chunk figure (hardware DB names; the TFLA paper's set plus the H200).
+CHUNK_FIGURE_GPUS = ("v100", "a100", "h100", "h200", "b200")
+#: Reference roofs drawn on every roofline (Fig. 19), besides the run's own GPU.
+REFERENCE_ROOF_GPUS = ("h100", "a100")
+STATE_BYTES = 4
+CAUSAL_FACTOR = 0.5
+MAX_NOTE_LINES = 14
+
+TEXT_COLUMNS = tuple("run kernel family version device gpu dtype mode status reason params timestamp".split())
+SWEEP_KEYS = ("kernel", "family", "batch", "seq_len", "heads", "head_dim_qk", "head_dim_v", "dtype", "mode")
+
+
+class NoDataError(InputError):
+    """The run has no rows that a requested plot can show (the message says which rows are needed)."""
+
+
+# ---------------------------------------------------------------------------------------------- run input
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One benchmark run: its results table (schema.COLUMNS, one row per kernel x point) and meta.json.
+
+    ``directory`` is where results.csv lives; the report and the default plot folder go there.
+    """
+
+    name: str
+    directory: Path
+    table: pd.DataFrame
+    meta: dict
+
+    @property
+    def measured(self) -> pd.DataFrame:
+        """Rows with status ok and a positive median time: the only rows that are ranked or plotted."""
+        table = self.table
+        return table[(table["status"] == "ok") & (table["time_ms"] > 0)]
+
+
+def load_run(path: str | Path) -> Run:
+    """Read ``results/<run>/`` (or a results CSV, with the meta.json next to it if there is one).
+
+    Raises InputError for a missing path, an empty table, missing columns or unknown status values.
+    """
+    path = Path(path)
+    if path.is_dir():
+        csv_path = path / "results.csv"
+    elif path.is_file() and path.suffix == ".csv":
+        csv_path = path
+    else:
+        raise InputError(f"{path}: no such run directory or results CSV")
+    if not csv_path.is_file():
+        raise InputError(f"{path}: no results.csv in this directory (expected results/<run>/results.csv)")
+    table = _read_table(csv_path)
+    meta = _read_meta(csv_path.parent / "meta.json")
+    name = str(meta.get("run") or table["run"].iloc[0] or csv_path.parent.name)
+    return Run(name=name, directory=csv_path.parent, table=table, meta=meta)
+
+
+def _read_table(csv_path: Path) -> pd.DataFrame:
+    """The table with text columns as str ("" when empty) and the others numeric (NaN when empty).
+
+    A last line without newline (a sweep still writing, or killed mid-row) is left out.
+    """
+    text = csv_path.read_text(errors="replace")
+    if not text.strip():
+        raise InputError(f"{csv_path}: empty file, not a results table")
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1] or text
+    try:
+        table = pd.read_csv(io.StringIO(text), dtype={column: str for column in TEXT_COLUMNS})
+    except pd.errors.ParserError as exc:
+        raise InputError(f"{csv_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [column for column in COLUMNS if column not in table.columns]
+    if missing:
+        raise InputError(f"{csv_path}: not a results table, missing columns: {', '.join(missing)}")
+    if table.empty:
+        raise InputError(f"{csv_path}: the results table has no rows")
+    for column in COLUMNS:
+        if column in TEXT_COLUMNS:
+            table[column] = table[column].fillna("").astype(str)
+        else:
+            table[column] = pd.to_numeric(table[column], errors="coerce")
+    unknown = sorted(set(table["status"]) - set(STATUSES))
+    if unknown:
+        raise InputError(f"{csv_path}: unknown status values {unknown} (known: {', '.join(STATUSES)})")
+    return table
+
+
+def _read_meta(meta_path: Path) -> dict:
+    if not meta_path.is_file():
+        return {}
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{meta_path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{meta_path}: expected a JSON object")
+    return meta
+
+
+# ------------------------------------------------------------------------------------ labels and series
+
+
+def dims_label(heads: float, head_dim_qk: float, head_dim_v: float) -> str:
+    """``16×128/256`` (heads × d_qk/d_v), or ``32×128`` when d_qk == d_v."""
+    heads, head_dim_qk, head_dim_v = int(heads), int(head_dim_qk), int(head_dim_v)
+    if head_dim_qk == head_dim_v:
+        return f"{heads}×{head_dim_qk}"
+    return f"{heads}×{head_dim_qk}/{head_dim_v}"
+
+
+def config_label(row: pd.Series, with_chunk: bool = True) -> str:
+    """Legend label of one row's kernel configuration: kernel, heads × dims and (if any) chunk size."""
+    label = f"{row['kernel']}  {dims_label(row['heads'], row['head_dim_qk'], row['head_dim_v'])}"
+    if with_chunk and pd.notna(row["chunk_size"]):
+        label += f"  L={int(row['chunk_size'])}"
+    return label
+
+
+def count_label(value: float, _position: object = None) -> str:
+    """Tick label for token counts and sizes: 512, 2k, 64k."""
+    if value >= 1024 and value % 1024 == 0:
+        return f"{int(value) // 1024}k"
+    return f"{value:g}"
+
+
+def kernel_colors(table: pd.DataFrame) -> dict[str, tuple]:
+    """One colour per kernel name, stable across all figures of a run."""
+    palette = matplotlib.colormaps["tab10"].colors + matplotlib.colormaps["Dark2"].colors
+    kernels = sorted(set(table["kernel"]))
+    return {kernel: palette[index % len(palette)] for index, kernel in enumerate(kernels)}
+
+
+def modes_of(table: pd.DataFrame) -> list[str]:
+    """Modes present in the table, in MODES order."""
+    present = set(table["mode"])
+    return [mode for mode in MODES if mode in present]
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkSweep:
+    """Measured rows of one kernel configuration at two or more chunk sizes, sorted by chunk size."""
+
+    kernel: str
+    family: str
+    batch: int
+    seq_len: int
+    heads: int
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str
+    mode: str
+    rows: pd.DataFrame
+
+    @property
+    def label(self) -> str:
+        dims = dims_label(self.heads, self.head_dim_qk, self.head_dim_v)
+        return f"{self.kernel}  {dims}  T={count_label(self.seq_len)} B={self.batch}"
+
+    @property
+    def best(self) -> pd.Series:
+        """The measured row with the smallest median time."""
+        return self.rows.loc[self.rows["time_ms"].idxmin()]
+
+
+def chunk_sweeps(run: Run) -> list[ChunkSweep]:
+    """Every kernel configuration of the run measured at two or more chunk sizes."""
+    measured = run.measured[run.measured["chunk_size"].notna()]
+    sweeps = []
+    for key, rows in measured.groupby(list(SWEEP_KEYS), sort=True):
+        rows = rows.sort_values("chunk_size").drop_duplicates("chunk_size")
+        if len(rows) < 2:
+            continue
+        values = dict(zip(SWEEP_KEYS, key, strict=True))
+        for name in ("batch", "seq_len", "heads", "head_dim_qk", "head_dim_v"):
+            values[name] = int(values[name])
+        sweeps.append(ChunkSweep(**values, rows=rows))
+    return sweeps
+
+
+# ------------------------------------------------------------------------------------------- ceilings
+
+
+def run_gpu(run: Run):
+    """The hardware-DB GPU the run used, or None (CPU interpreter, or a GPU the DB does not know).
+
+    Looked up from meta.json's ``ceilings.gpu_key``, else from the GPU names of the table's gpu column.
+    """
+    from tflabench.analysis import hardware
+
+    recorded = run.meta.get("ceilings")
+    gpu_key = recorded.get("gpu_key") if isinstance(recorded, dict) else None
+    if gpu_key:
+        try:
+            return hardware.get_gpu(str(gpu_key))
+        except InputError:
+            pass
+    for name in dict.fromkeys(name for name in run.table["gpu"] if name):
+        gpu = hardware.gpu_from_device_name(name)
+        if gpu is not None:
+            return gpu
+    return None
+
+
+def run_dtype(run: Run) -> str:
+    """The dtype most rows of the run used."""
+    dtypes = run.table["dtype"][run.table["dtype"] != ""]
+    return str(dtypes.mode().iloc[0]) if not dtypes.empty else "bfloat16"
+
+
+def run_ceilings(run: Run) -> dict:
+    """The run GPU's ceilings for the run's dtype: ``{"datasheet": Ceilings, "measured": Ceilings}``,
+    each only when known.
+
+    meta.json's ``ceilings.<dtype>`` come first (those the sweep used); otherwise the hardware DB entry of
+    the run's GPU and, for bfloat16 (the calibration measures a bf16 matmul), its stored calibration.
+    """
+    from tflabench.analysis import hardware
+
+    dtype = run_dtype(run)
+    recorded = run.meta.get("ceilings")
+    by_kind = recorded.get(dtype) if isinstance(recorded, dict) else None
+    ceilings = {}
+    for kind in ("datasheet", "measured"):
+        entry = by_kind.get(kind) if isinstance(by_kind, dict) else None
+        if isinstance(entry, dict) and entry.get("flops") and entry.get("bandwidth"):
+            source = str(entry.get("source") or kind)
+            ceilings[kind] = hardware.Ceilings(float(entry["flops"]), float(entry["bandwidth"]), source)
+    gpu = run_gpu(run)
+    if gpu is not None and "datasheet" not in ceilings:
+        ceilings["datasheet"] = hardware.datasheet_ceilings(gpu, dtype)
+    if gpu is not None and "measured" not in ceilings and dtype == "bfloat16":
+        measured = hardware.load_measured_ceilings(gpu.key)
+        if measured is not None:
+            ceilings["measured"] = measured
+    return ceilings
+
+
+def model_ceilings(run: Run):
+    """Ceilings for the runtime model and the theoretical optimum: measured if known, else datasheet."""
+    ceilings = run_ceilings(run)
+    return ceilings.get("measured") or ceilings.get("datasheet")
+
+
+def ceilings_label(ceilings) -> str:
+    return f"{ceilings.flops / 1e12:.0f} TFLOP/s, {ceilings.bandwidth / 1e12:.2f} TB/s"
+
+
+# ------------------------------------------------------------------------------------- chunk optima
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkOptimum:
+    """Measured optimum of one chunk sweep next to the theoretical one (mLSTM families only).
+
+    theory_chunk is the continuous L* (Eq. 121 / §11.3), runnable_chunk the chunk size our kernels can
+    run chosen from it (with the analysis layer's reason); both None when no ceilings are known.
+    """
+
+    sweep: ChunkSweep
+    measured_chunk: int
+    measured_ms: float
+    theory_chunk: float | None
+    runnable_chunk: int | None
+    reason: str
+    ceilings: object | None
+
+
+def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[ChunkOptimum]:
+    """Measured and theoretical optimal chunk size of every mLSTM chunk sweep of the run."""
+    from tflabench.analysis import models, optimal_chunk
+
+    ceilings = model_ceilings(run)
+    optima = []
+    for sweep in chunk_sweeps(run) if sweeps is None else sweeps:
+        variant = models.MLSTM_VARIANTS.get(sweep.family)
+        if variant is None:
+            continue
+        best = sweep.best
+        theory, runnable, reason = None, None, f"no GPU ceilings known for {device_label(sweep.rows)}"
+        if ceilings is not None:
+            ratio = sweep.head_dim_qk / sweep.head_dim_v
+            theory = optimal_chunk.runtime_optimal_chunk(
+                variant,
+                ceilings,
+                sweep.head_dim_v,
+                ratio,
+                state_bytes=STATE_BYTES,
+                causal_factor=CAUSAL_FACTOR,
+            )
+            runnable, reason = optimal_chunk.runnable_chunk(
+                variant,
+                ceilings,
+                sweep.head_dim_v,
+                ratio,
+                sweep.seq_len,
+                state_bytes=STATE_BYTES,
+                causal_factor=CAUSAL_FACTOR,
+            )
+        optima.append(
+            ChunkOptimum(
+                sweep, int(best["chunk_size"]), float(best["time_ms"]), theory, runnable, reason, ceilings
+            )
+        )
+    return optima
+
+
+# ------------------------------------------------------------------------------------- not measured
+
+
+@dataclass(frozen=True)
+class NotMeasured:
+    """Rows of one kernel configuration that share a status and a reason (everything but ok)."""
+
+    kernel: str
+    dims: str
+    modes: tuple[str, ...]
+    status: str
+    reason: str
+    seq_lens: tuple[int, ...]
+    chunk_sizes: tuple[int, ...]
+
+    def describe(self, max_reason: int | None = None) -> str:
+        reason = self.reason or "no reason recorded"
+        if max_reason is not None and len(reason) > max_reason:
+            reason = reason[: max_reason - 1] + "…"
+        where = f"T={','.join(count_label(t) for t in self.seq_lens)}"
+        if self.chunk_sizes:
+            where += f" L={','.join(str(c) for c in self.chunk_sizes)}"
+        return f"{self.kernel} {self.dims} [{', '.join(self.modes)}] {self.status}: {reason} ({where})"
+
+
+def not_measured(table: pd.DataFrame) -> list[NotMeasured]:
+    """Every non-ok row of the table, grouped by kernel configuration, status and reason."""
+    rows = table[table["status"] != "ok"]
+    groups = rows.groupby(["kernel", "heads", "head_dim_qk", "head_dim_v", "status", "reason"], sort=True)
+    entries = []
+    for (kernel, heads, head_dim_qk, head_dim_v, status, reason), group in groups:
+        modes = tuple(mode for mode in MODES if mode in set(group["mode"]))
+        chunks = tuple(sorted({int(c) for c in group["chunk_size"].dropna()}))
+        seq_lens = tuple(sorted({int(t) for t in group["seq_len"].dropna()}))
+        entries.append(
+            NotMeasured(
+                kernel, dims_label(heads, head_dim_qk, head_dim_v), modes, status, reason, seq_lens, chunks
+            )
+        )
+    return entries
+
+
+# ------------------------------------------------------------------------------------ figure helpers
+
+
+def _figure(ncols: int, nrows: int = 1, width: float | None = None, height: float | None = None, **grid):
+    """A figure on the Agg canvas holding one subfigure with an nrows x ncols grid of axes.
+
+    The subfigure keeps the legend (placed outside its axes) clear of the figure's title.
+    Returns (figure, panels subfigure, 2-d array of axes).
+    """
+    fig = Figure(
+        figsize=(width or PANEL_SIZE[0] * ncols, height or PANEL_SIZE[1] * nrows), layout="constrained"
+    )
+    FigureCanvasAgg(fig)
+    panels = fig.subfigures(1, 1)
+    axes = panels.subplots(nrows, ncols, squeeze=False, **grid)
+    return fig, panels, axes
+
+
+def _styled(draw: Callable[..., Figure]) -> Callable[..., Figure]:
+    def styled(*args, **kwargs) -> Figure:
+        with matplotlib.rc_context(STYLE):
+            return draw(*args, **kwargs)
+
+    styled.__name__, styled.__doc__ = draw.__name__, draw.__doc__
+    return styled
+
+
+def _log2_axis(ax: Axes, which: str, values: Iterable[float]) -> None:
+    """Base-2 log x or y axis with a tick at every value (sequence lengths, chunk sizes, head dims)."""
+    getattr(ax, f"set_{which}scale")("log", base=2)
+    axis = getattr(ax, f"{which}axis")
+    axis.set_ticks(sorted({float(v) for v in values}))
+    axis.set_major_formatter(FuncFormatter(count_label))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _log10_axis(ax: Axes, which: str) -> None:
+    """Base-10 log x or y axis labelled at 1-2-5 steps with plain numbers."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _shared_legend(panels, axes: Iterable[Axes], title: str, extra: Iterable[Line2D] = ()) -> None:
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    for proxy in extra:
+        handles.setdefault(proxy.get_label(), proxy)
+    if handles:
+        panels.legend(
+            handles.values(), handles.keys(), loc="outside right upper", title=title, alignment="left"
+        )
+
+
+def _note_below(fig: Figure, heading: str, lines: list[str]) -> None:
+    """List lines of text under the figure (saved with bbox_inches="tight", so they extend it)."""
+    if not lines:
+        return
+    if len(lines) > MAX_NOTE_LINES:
+        lines = [
+            *lines[: MAX_NOTE_LINES - 1],
+            f"… and {len(lines) - MAX_NOTE_LINES + 1} more (see report.md)",
+        ]
+    text = "\n".join([heading, *(f"  {line}" for line in lines)])
+    fig.text(0.005, -0.01, text, ha="left", va="top", fontsize=7, family="DejaVu Sans Mono", color="#333333")
+
+
+def _empty_panel(ax: Axes, message: str) -> None:
+    ax.text(0.5, 0.5, message, transform=ax.transAxes, ha="center", va="center", color="#777777")
+
+
+def device_label(table: pd.DataFrame) -> str:
+    """The GPU names of the table's gpu column, else its device values (``cpu-interpreter``)."""
+    names = dict.fromkeys(name for name in table["gpu"] if name) or dict.fromkeys(
+        d for d in table["device"] if d
+    )
+    return ", ".join(names) or "unknown device"
+
+
+def run_caption(run: Run) -> str:
+    """``<run> · <device> · <dtype>``, plus the token count when it is constant (Fig. 4 style)."""
+    caption = f"{run.name} · {device_label(run.table)} · {run_dtype(run)}"
+    tokens = (run.table["batch"] * run.table["seq_len"]).dropna().unique()
+    if len(tokens) == 1:
+        caption += f" · {int(tokens[0]):,} tokens per batch"
+    return caption
+
+
+# ------------------------------------------------------------------------------------------- figures
+
+
+def seqlen_series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Lines of the runtime figure: one per kernel configuration (and batch when a config has several).
+
+    Configurations measured at a single sequence length (chunk sweeps) are left out when any
+    configuration has two or more sequence lengths; the memory and model figures show them.
+    """
+    series = []
+    labelled = rows.assign(_label=rows.apply(config_label, axis=1))
+    for label, group in labelled.groupby("_label", sort=True):
+        if group["seq_len"].is_unique:
+            series.append((label, group.sort_values("seq_len")))
+            continue
+        for batch, by_batch in group.groupby("batch", sort=True):
+            series.append((f"{label}  B={int(batch)}", by_batch.sort_values("seq_len")))
+    if any(len(rows) > 1 for _, rows in series):
+        series = [(label, rows) for label, rows in series if len(rows) > 1]
+    return series
+
+
+def _series_markers(labels: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Marker per series label, cycling within each kernel (colour is per kernel)."""
+    markers, used = {}, {}
+    for kernel, label in sorted(labels):
+        index = used.get(kernel, 0)
+        markers[label] = SERIES_MARKERS[index % len(SERIES_MARKERS)]
+        used[kernel] = index + 1
+    return markers
+
+
+@_styled
+def plot_runtime_vs_seqlen(run: Run) -> Figure:
+    """Median runtime (ms, log) vs sequence length (log2) per kernel configuration; one panel per mode.
+
+    The shaded band is the interquartile range. Rows that were not measured (crash, timeout, unavailable,
+    failed check, ...) are listed under the plot with their reason.
+    """
+    measured = run.measured
+    if measured.empty:
+        raise NoDataError("no row of this run was measured (status ok): nothing to plot")
+    modes = modes_of(run.table)
+    colors = kernel_colors(run.table)
+    fig, panels, axes = _figure(len(modes))
+    for ax, mode in zip(axes[0], modes, strict=True):
+        series = seqlen_series(measured[measured["mode"] == mode])
+        markers = _series_markers((rows["kernel"].iloc[0], label) for label, rows in series)
+        for label, rows in series:
+            color = colors[rows["kernel"].iloc[0]]
+            ax.plot(rows["seq_len"], rows["time_ms"], marker=markers[label], color=color, label=label)
+            ax.fill_between(
+                rows["seq_len"], rows["time_ms_q25"], rows["time_ms_q75"], color=color, alpha=0.15, lw=0
+            )
+        if not series:
+            _empty_panel(ax, f"no kernel measured in mode {mode}")
+        ax.set_title(MODE_TITLES[mode])
+        ax.set_xlabel("sequence length T (tokens)")
+        ax.set_ylabel("runtime (ms, median)")
+        _log2_axis(ax, "x", run.table["seq_len"].dropna())
+        _log10_axis(ax, "y")
+    _shared_legend(panels, axes[0], LEGEND_TITLE)
+    fig.suptitle(f"Runtime vs sequence length — {run_caption(run)}")
+    _note_below(
+        fig, "Not measured (status: reason):", [entry.describe(110) for entry in not_measured(run.table)]
+    )
+    return fig
+
+
+@_styled
+def plot_runtime_vs_memory(run: Run) -> Figure:
+    """Runtime (ms) vs peak memory (MiB) across chunk sizes per kernel configuration (TFLA Fig. 5).
+
+    Every point is labelled with its chunk size; a ring marks the measured optimum and a star the
+    theoretical optimum (runnable L from Eq. 121 with the run's ceilings) when it was measured.
+    """
+    sweeps = chunk_sweeps(run)
+    if not sweeps:
+        raise NoDataError("no kernel configuration of this run was measured at two or more chunk sizes")
+    optima = {id(optimum.sweep): optimum for optimum in chunk_optima(run, sweeps)}
+    colors = kernel_colors(run.table)
+    modes = [mode for mode in MODES if any(sweep.mode == mode for sweep in sweeps)]
+    fig, panels, axes = _figure(len(modes))
+    for ax, mode in zip(axes[0], modes, strict=True):
+        for sweep in (sweep for sweep in sweeps if sweep.mode == mode):
+            _draw_memory_sweep(ax, sweep, optima.get(id(sweep)), colors[sweep.kernel])
+        ax.set_title(MODE_TITLES[mode])
+        ax.set_xlabel("peak memory (MiB, increase over the inputs)")
+        ax.set_ylabel("runtime (ms, median)")
+        _log10_axis(ax, "x")
+        _log10_axis(ax, "y")
+    proxies = [
+        Line2D([], [], ls="none", marker="o", ms=11, mfc="none", mec="black", label="measured optimum"),
+        Line2D(
+            [],
+            [],
+            ls="none",
+            marker="*",
+            ms=12,
+            color="black",
+            label="theoretical optimum (Eq. 121 → runnable L)",
+        ),
+    ]
+    _shared_legend(panels, axes[0], "kernel   heads×d_qk/d_v   T, batch", proxies)
+    fig.suptitle(f"Runtime vs peak memory across chunk sizes — {run_caption(run)}")
+    _note_below(fig, "Optimal chunk size (measured vs theory):", [_optimum_line(o) for o in optima.values()])
+    return fig
+
+
+def _draw_memory_sweep(ax: Axes, sweep: ChunkSweep, optimum: ChunkOptimum | None, color) -> None:
+    rows = sweep.rows.dropna(subset=["peak_mem_mib"])
+    ax.plot(rows["peak_mem_mib"], rows["time_ms"], marker="o", color=color, label=sweep.label)
+    for row in rows.itertuples():
+        ax.annotate(
+            f"L={int(row.chunk_size)}",
+            (row.peak_mem_mib, row.time_ms),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=7,
+            color=color,
+        )
+    best = sweep.best
+    ax.plot(
+        best["peak_mem_mib"], best["time_ms"], ls="none", marker="o", ms=11, mfc="none", mec=color, mew=1.5
+    )
+    if optimum is not None and optimum.runnable_chunk is not None:
+        theory = rows[rows["chunk_size"] == optimum.runnable_chunk]
+        ax.plot(
+            theory["peak_mem_mib"],
+            theory["time_ms"],
+            ls="none",
+            marker="*",
+            ms=12,
+            color=color,
+            mec="black",
+            mew=0.6,
+            zorder=4,
+        )
+
+
+def _optimum_line(optimum: ChunkOptimum) -> str:
+    sweep = optimum.sweep
+    line = f"{sweep.label} [{sweep.mode}]: measured L={optimum.measured_chunk} ({optimum.measured_ms:.2f} ms)"
+    if optimum.theory_chunk is None:
+        return f"{line}; theory: {optimum.reason}"
+    measured = set(sweep.rows["chunk_size"].astype(int))
+    note = "" if optimum.runnable_chunk in measured else ", not measured"
+    return (
+        f"{line}; theory L*={optimum.theory_chunk:.0f} → L={optimum.runnable_chunk}{note} "
+        f"({optimum.ceilings.source} ceilings)"
+    )
+
+
+def _roofs(run: Run) -> list[tuple[str, object, dict]]:
+    """(label, Ceilings, line style) of the run GPU's roofs and the reference GPUs' datasheet roofs."""
+    from tflabench.analysis import hardware
+
+    roofs = []
+    gpu = run_gpu(run)
+    name = gpu.name if gpu is not None else "run GPU"
+    ceilings = run_ceilings(run)
+    styles = {
+        "datasheet": {"color": "black", "lw": 2.0},
+        "measured": {"color": "black", "lw": 2.0, "ls": "--"},
+    }
+    for kind, style in styles.items():
+        if kind in ceilings:
+            roofs.append((f"{name} {kind} ({ceilings_label(ceilings[kind])})", ceilings[kind], style))
+    reference_styles = (
+        {"color": "#8c8c8c", "lw": 1.2, "ls": "-."},
+        {"color": "#8c8c8c", "lw": 1.2, "ls": ":"},
+    )
+    for key, style in zip(REFERENCE_ROOF_GPUS, reference_styles, strict=True):
+        reference = hardware.get_gpu(key)
+        if gpu is not None and reference.key == gpu.key:
+            continue
+        reference_ceilings = hardware.datasheet_ceilings(reference, run_dtype(run))
+        roofs.append(
+            (f"{reference.name} datasheet ({ceilings_label(reference_ceilings)})", reference_ceilings, style)
+        )
+    return roofs
+
+
+@_styled
+def plot_roofline(run: Run) -> Figure:
+    """Achieved TFLOP/s vs arithmetic intensity (FLOP/byte, both log) of every measured row (TFLA Fig. 19).
+
+    Roofs min(alpha, beta * I): the run GPU's datasheet (solid) and measured (dashed) ceilings, H100 and
+    A100 datasheet roofs in grey. Points of chunk sweeps are labelled with their chunk size.
+    """
+    from tflabench.analysis import roofline
+
+    points = run.measured.dropna(subset=["intensity", "tflops"])
+    points = points[(points["intensity"] > 0) & (points["tflops"] > 0)]
+    if points.empty:
+        raise NoDataError(
+            "no measured row has model FLOPs and bytes (intensity and tflops columns are empty)"
+        )
+    roofs = _roofs(run)
+    ridges = [ceilings.ridge for _, ceilings, _ in roofs]
+    intensities = np.geomspace(
+        min([points["intensity"].min(), *ridges]) / 4, max([points["intensity"].max(), *ridges]) * 4, 400
+    )
+    fig, panels, axes = _figure(1, width=10.0, height=5.2)
+    ax = axes[0][0]
+    for label, ceilings, style in roofs:
+        attainable = [roofline.attainable_flops(ceilings, intensity) / 1e12 for intensity in intensities]
+        ax.plot(intensities, attainable, label=label, **style)
+    colors = kernel_colors(run.table)
+    labelled = points.assign(_label=points.apply(config_label, axis=1, with_chunk=False))
+    for (label, mode), group in labelled.groupby(["_label", "mode"], sort=True):
+        ax.scatter(
+            group["intensity"],
+            group["tflops"],
+            color=colors[group["kernel"].iloc[0]],
+            marker=MODE_MARKERS[mode],
+            s=26,
+            edgecolors="white",
+            linewidths=0.4,
+            zorder=3,
+            label=label,
+        )
+    for sweep in chunk_sweeps(run):
+        _draw_roofline_sweep(ax, sweep, colors[sweep.kernel])
+    ax.set_xscale("log")
+    _log10_axis(ax, "y")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte, model FLOPs / model bytes)")
+    ax.set_ylabel("achieved TFLOP/s (model FLOPs / median time)")
+    proxies = [
+        Line2D([], [], ls="none", marker=MODE_MARKERS[mode], color="#555555", label=MODE_TITLES[mode])
+        for mode in modes_of(points)
+    ]
+    _shared_legend(panels, [ax], "roofs min(α, β·I) · kernel  heads×d_qk/d_v", proxies)
+    fig.suptitle(f"Roofline — {run_caption(run)}")
+    return fig
+
+
+def _draw_roofline_sweep(ax: Axes, sweep: ChunkSweep, color) -> None:
+    """Join a chunk sweep's points in chunk order and label its smallest and largest chunk size."""
+    rows = sweep.rows.dropna(subset=["intensity", "tflops"])
+    if len(rows) < 2:
+        return
+    ax.plot(rows["intensity"], rows["tflops"], color=color, lw=0.8, alpha=0.6, zorder=2)
+    for row in (rows.iloc[0], rows.iloc[-1]):
+        ax.annotate(
+            f"L={int(row['chunk_size'])}",
+            (row["intensity"], row["tflops"]),
+            xytext=(4, -10),
+            textcoords="offset points",
+            fontsize=6.5,
+            color=color,
+        )
+
+
+@_styled
+def plot_optimal_chunk(run: Run) -> Figure:
+    """Chunk size vs head dim d_v (log2 both), one panel per qk ratio p = d_qk/d_v (TFLA Figs. 21-22).
+
+    Curves: runtime-optimal L* (Eq. 121, mLSTMsig forward, 4-byte states, F_c = 0.5) per GPU datasheet
+    and for the run's measured ceilings, the FLOP-optimal L (Eq. 111); points: measured optima of the
+    run's mLSTM chunk sweeps.
+    """
+    from tflabench.analysis import hardware, optimal_chunk
+
+    optima = chunk_optima(run)
+    ratios = sorted({0.5, 1.0} | {round(o.sweep.head_dim_qk / o.sweep.head_dim_v, 3) for o in optima})
+    head_dims = np.geomspace(32, 1024, 41)
+    # datasheet curves thinner in list order, so that nearly equal ones (H100, B200) both stay visible
+    curves = [
+        (f"{gpu.name} (I={c.ridge:.0f} FLOP/B)", c, {"lw": 2.6 - 0.3 * index})
+        for index, (gpu, c) in enumerate(_datasheet_gpus(hardware))
+    ]
+    measured = run_ceilings(run).get("measured")
+    if measured is not None:
+        gpu = run_gpu(run)
+        label = f"{gpu.name if gpu else 'run GPU'} measured (I={measured.ridge:.0f} FLOP/B)"
+        curves.append((label, measured, {"color": "black", "ls": "--"}))
+    colors = kernel_colors(run.table)
+    fig, panels, axes = _figure(len(ratios), sharey=True)
+    for ax, ratio in zip(axes[0], ratios, strict=True):
+        for label, ceilings, style in curves:
+            chunks = [
+                optimal_chunk.runtime_optimal_chunk("sig", ceilings, d, ratio, STATE_BYTES, CAUSAL_FACTOR)
+                for d in head_dims
+            ]
+            ax.plot(head_dims, chunks, label=label, **style)
+        flop_optimal = [optimal_chunk.flop_optimal_chunk(d, ratio, CAUSAL_FACTOR) for d in head_dims]
+        ax.plot(
+            head_dims, flop_optimal, color="#555555", ls=":", lw=2, label="FLOP-optimal (Eq. 111, any GPU)"
+        )
+        panel_optima = [o for o in optima if round(o.sweep.head_dim_qk / o.sweep.head_dim_v, 3) == ratio]
+        for optimum, head_dim in zip(panel_optima, _dodged_head_dims(panel_optima), strict=True):
+            sweep = optimum.sweep
+            ax.plot(
+                head_dim,
+                optimum.measured_chunk,
+                ls="none",
+                marker=MODE_MARKERS[sweep.mode],
+                ms=8,
+                color=colors[sweep.kernel],
+                mec="black",
+                zorder=4,
+                label=f"measured optimum: {sweep.kernel} {sweep.heads} heads, T={count_label(sweep.seq_len)} "
+                f"({sweep.mode})",
+            )
+        ax.set_title(f"p = d_qk / d_v = {ratio:g}")
+        ax.set_xlabel("head dim d_v")
+        ax.set_ylabel("chunk size L")
+        _log2_axis(ax, "x", [32, 64, 128, 256, 512, 1024])
+        _log2_axis(ax, "y", [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+    _shared_legend(panels, axes[0], "runtime-optimal L* (Eq. 121)")
+    fig.suptitle("Optimal chunk size vs head dim — mLSTMsig forward, 4-byte states, F_c = 0.5")
+    return fig
+
+
+def _dodged_head_dims(optima: list[ChunkOptimum]) -> list[float]:
+    """x positions of measured optima: points at the same (d_v, L) spread by a few percent around d_v."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, optimum in enumerate(optima):
+        groups.setdefault((optimum.sweep.head_dim_v, optimum.measured_chunk), []).append(index)
+    positions = [0.0] * len(optima)
+    for (head_dim, _), members in groups.items():
+        for rank, index in enumerate(members):
+            positions[index] = head_dim * 2 ** (0.07 * (rank - (len(members) - 1) / 2))
+    return positions
+
+
+def _datasheet_gpus(hardware) -> list[tuple[object, object]]:
+    gpus = [hardware.get_gpu(key) for key in CHUNK_FIGURE_GPUS]
+    return [(gpu, hardware.datasheet_ceilings(gpu, "bfloat16")) for gpu in gpus]
+
+
+@_styled
+def plot_model_vs_measured(run: Run) -> Figure:
+    """Measured vs modelled runtime (ms, log) over chunk size (log2) per chunk sweep; one column per mode.
+
+    Model: the additive form of Eq. 116, F/alpha + B/beta (dashed), and the overlap bound
+    max(F/alpha, B/beta) (dotted), with each row's model FLOPs and bytes and the run's measured ceilings
+    (datasheet when none were measured). The lower panels show measured / additive model.
+    """
+    from tflabench.analysis import models, roofline
+
+    sweeps = [s for s in chunk_sweeps(run) if s.rows[["flops", "bytes"]].notna().all(axis=None)]
+    if not sweeps:
+        raise NoDataError(
+            "no kernel configuration was measured at two or more chunk sizes with model FLOPs/bytes"
+        )
+    ceilings = model_ceilings(run)
+    if ceilings is None:
+        raise NoDataError("no GPU ceilings known for this run's device: the runtime model needs them")
+    colors = kernel_colors(run.table)
+    modes = [mode for mode in MODES if any(sweep.mode == mode for sweep in sweeps)]
+    fig, panels, axes = _figure(
+        len(modes), nrows=2, height=PANEL_SIZE[1] * 1.45, sharex="col", gridspec_kw={"height_ratios": (3, 1)}
+    )
+    for column, mode in enumerate(modes):
+        top, bottom = axes[0][column], axes[1][column]
+        for sweep in (s for s in sweeps if s.mode == mode):
+            rows, color = sweep.rows, colors[sweep.kernel]
+            costs = [models.Cost(flops=row.flops, bytes=row.bytes) for row in rows.itertuples()]
+            additive = np.array([roofline.runtime_additive(cost, ceilings) * 1e3 for cost in costs])
+            overlap = np.array([roofline.runtime_overlap(cost, ceilings) * 1e3 for cost in costs])
+            top.plot(rows["chunk_size"], rows["time_ms"], marker="o", color=color, label=sweep.label)
+            top.plot(rows["chunk_size"], additive, ls="--", color=color)
+            top.plot(rows["chunk_size"], overlap, ls=":", color=color)
+            bottom.plot(rows["chunk_size"], rows["time_ms"] / additive, marker="o", color=color)
+        top.set_title(MODE_TITLES[mode])
+        top.set_ylabel("runtime (ms)")
+        _log10_axis(top, "y")
+        bottom.axhline(1.0, color="#777777", lw=1)
+        bottom.set_ylabel("measured / model")
+        bottom.set_xlabel("chunk size L")
+        _log2_axis(bottom, "x", pd.concat([s.rows["chunk_size"] for s in sweeps]))
+    proxies = [
+        Line2D([], [], color="black", marker="o", label="measured (median)"),
+        Line2D([], [], color="black", ls="--", label="model F/α + B/β (additive, Eq. 116 form)"),
+        Line2D([], [], color="black", ls=":", label="model max(F/α, B/β) (overlap bound)"),
+    ]
+    _shared_legend(panels, axes[0], "kernel   heads×d_qk/d_v   T, batch", proxies)
+    fig.suptitle(f"Runtime model vs measurement — ceilings: {ceilings.source} ({ceilings_label(ceilings)})")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- render
+
+
+@dataclass(frozen=True)
+class PlotKind:
+    name: str
+    stem: str
+    title: str
+    draw: Callable[[Run], Figure]
+
+
+PLOT_KINDS = {
+    kind.name: kind
+    for kind in (
+        PlotKind(
+            "runtime", "runtime_vs_seqlen", "Runtime vs sequence length (TFLA Fig. 4)", plot_runtime_vs_seqlen
+        ),
+        PlotKind(
+            "memory",
+            "runtime_vs_memory",
+            "Runtime vs peak memory across chunk sizes (TFLA Fig. 5)",
+            plot_runtime_vs_memory,
+        ),
+        PlotKind("roofline", "roofline", "Roofline (TFLA Fig. 19)", plot_roofline),
+        PlotKind(
+            "optimal-chunk",
+            "optimal_chunk",
+            "Optimal chunk size vs head dim (TFLA Figs. 21-22)",
+            plot_optimal_chunk,
+        ),
+        PlotKind(
+            "model",
+            "model_vs_measured",
+            "Runtime model vs measurement over chunk sizes",
+            plot_model_vs_measured,
+        ),
+    )
+}
+
+
+@dataclass
+class Rendered:
+    """Files written per plot kind, and the kinds not drawn with the reason."""
+
+    files: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def save_figure(fig: Figure, out_dir: Path, stem: str, formats: Iterable[str]) -> list[Path]:
+    """Write ``<out_dir>/<stem>.<format>`` for each format (png, svg) and return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with matplotlib.rc_context(STYLE):
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            metadata = {"Date": None} if fmt == "svg" else {}
+            fig.savefig(path, format=fmt, dpi=SAVE_DPI, bbox_inches="tight", metadata=metadata)
+            paths.append(path)
+    return paths
+
+
+def render(
+    run: Run, kinds: Iterable[str], out_dir: Path, formats: Iterable[str] = PLOT_FORMATS, strict: bool = False
+) -> Rendered:
+    """Draw and save each plot kind; a kind without data is skipped with its reason (raised if strict)."""
+    rendered = Rendered()
+    formats = tuple(formats)
+    for name in kinds:
+        kind = PLOT_KINDS[name]
+        try:
+            fig = kind.draw(run)
+        except NoDataError as exc:
+            if strict:
+                raise NoDataError(f"plot {name}: {exc}") from None
+            rendered.skipped[name] = str(exc)
+            continue
+        rendered.files[name] = save_figure(fig, Path(out_dir), kind.stem, formats)
+    return rendered

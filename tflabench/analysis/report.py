@@ -1,0 +1,279 @@
+"""Markdown report of one run: ``results/<run>/report.md``.
+
+Sections: a summary line, the provenance block from meta.json, runtime and speed-up tables against a
+baseline kernel per mode and sequence length, measured vs theoretical optimal chunk size (mLSTM chunk
+sweeps), the plots (rendered into ``results/<run>/plots/`` and linked relatively), and every row that was
+not measured with its status and reason. Rows with status ``failed_check`` computed the wrong function:
+they are listed, never ranked.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from tflabench.analysis.plots import (
+    PLOT_KINDS,
+    Rendered,
+    Run,
+    ceilings_label,
+    chunk_optima,
+    config_label,
+    count_label,
+    device_label,
+    dims_label,
+    load_run,
+    modes_of,
+    not_measured,
+    render,
+)
+from tflabench.errors import InputError
+
+REPORT_NAME = "report.md"
+PLOTS_DIR = "plots"
+ROW_KEYS = ("kernel", "heads", "head_dim_qk", "head_dim_v", "chunk_size", "dtype")
+COLUMN_KEYS = ("seq_len", "batch")
+
+
+def write_report(path: str | Path, baseline: str | None = None) -> Path:
+    """Render the plots of the run at ``path`` and write ``<run dir>/report.md``; return its path."""
+    run = load_run(path)
+    baseline = choose_baseline(run, baseline)
+    rendered = render(run, PLOT_KINDS, run.directory / PLOTS_DIR)
+    report_path = run.directory / REPORT_NAME
+    report_path.write_text(report_markdown(run, baseline, rendered))
+    return report_path
+
+
+def choose_baseline(run: Run, requested: str | None) -> str:
+    """The requested kernel if it was measured; by default the most-measured softmax-attention kernel
+    (else the most-measured kernel). InputError if the requested kernel has no measured row."""
+    measured = run.measured
+    if measured.empty:
+        raise InputError(f"{run.name}: no row was measured (status ok), there is nothing to compare")
+    if requested is not None:
+        if requested not in set(run.table["kernel"]):
+            known = ", ".join(sorted(set(run.table["kernel"])))
+            raise InputError(f"baseline {requested!r} is not a kernel of run {run.name} (kernels: {known})")
+        if requested not in set(measured["kernel"]):
+            statuses = ", ".join(sorted(set(run.table.loc[run.table["kernel"] == requested, "status"])))
+            raise InputError(
+                f"baseline {requested!r} has no measured row in run {run.name} (status: {statuses})"
+            )
+        return requested
+    attention = measured[measured["family"] == "softmax_attention"]
+    candidates = attention if not attention.empty else measured
+    counts = candidates["kernel"].value_counts()
+    return sorted(counts[counts == counts.max()].index)[0]
+
+
+def report_markdown(run: Run, baseline: str, rendered: Rendered) -> str:
+    """The report text; plot links are relative to the run directory."""
+    sections = [
+        f"# tflabench report: {run.name}",
+        summary_line(run),
+        "## Provenance",
+        provenance_markdown(run.meta),
+        f"## Runtime and speed-up against `{baseline}`",
+        speedup_markdown(run, baseline),
+        "## Chunk size: measured and theoretical optimum",
+        chunk_optimum_markdown(run),
+        "## Plots",
+        plots_markdown(run, rendered),
+        "## Not measured: failures, unavailable and skipped points",
+        failures_markdown(run),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def summary_line(run: Run) -> str:
+    statuses = Counter(run.table["status"])
+    status_text = ", ".join(f"{status} {count}" for status, count in statuses.most_common())
+    return (
+        f"{len(run.table)} rows, {run.table['kernel'].nunique()} kernels, device {device_label(run.table)}. "
+        f"Status counts: {status_text}."
+    )
+
+
+def _cell(text: object) -> str:
+    """A Markdown table cell: pipes escaped, one line."""
+    return " ".join(str(text).replace("|", "\\|").split())
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _flatten(value: object, name: str = "") -> list[tuple[str, object]]:
+    """(dotted name, scalar or list of scalars) for every leaf of a JSON value."""
+    if isinstance(value, dict):
+        return [
+            item for key, child in value.items() for item in _flatten(child, f"{name}.{key}" if name else key)
+        ]
+    if isinstance(value, list) and any(isinstance(child, (dict, list)) for child in value):
+        return [item for index, child in enumerate(value) for item in _flatten(child, f"{name}.{index}")]
+    return [(name, value)]
+
+
+def _format_value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _command_line(command: object) -> str:
+    return shlex.join(str(arg) for arg in command) if isinstance(command, list) else str(command)
+
+
+def provenance_markdown(meta: dict) -> str:
+    """The command line, then every field of meta.json (nested objects flattened to dotted names)."""
+    if not meta:
+        return "No meta.json next to the results table: GPU, versions and command line are unknown."
+    parts = [f"```console\n$ {_command_line(meta['command'])}\n```"] if meta.get("command") else []
+    fields = [(name, value) for name, value in _flatten(meta) if name != "command"]
+    parts.append(_table(["field", "value"], [[f"`{name}`", _format_value(value)] for name, value in fields]))
+    return "\n\n".join(parts)
+
+
+def _column_label(seq_len: float, batch: float) -> str:
+    return f"T={count_label(seq_len)} B={int(batch)}"
+
+
+def speedup_markdown(run: Run, baseline: str) -> str:
+    """Per mode: median ms and speed-up (baseline time / kernel time, > 1 is faster) per (T, batch)."""
+    parts = [
+        f"Cells: median runtime in ms and, in parentheses, the speed-up over `{baseline}` at the same "
+        "sequence length and batch (its fastest configuration there; > 1× is faster). **Bold**: fastest in "
+        "the column. Other cells show the status of a point that was not measured; `failed_check` rows are "
+        "never ranked."
+    ]
+    for mode in modes_of(run.table):
+        parts += [f"### {mode}", _speedup_table(run, baseline, mode)]
+    return "\n\n".join(parts)
+
+
+def _speedup_table(run: Run, baseline: str, mode: str) -> str:
+    table = run.table[(run.table["mode"] == mode) & (run.table["status"] != "skipped")]
+    measured = run.measured[run.measured["mode"] == mode]
+    columns = sorted(set(zip(table["seq_len"], table["batch"], strict=True)))
+    base = measured[measured["kernel"] == baseline].groupby(list(COLUMN_KEYS))["time_ms"].min()
+    fastest = measured.groupby(list(COLUMN_KEYS))["time_ms"].min()
+    rows = []
+    for _, config in table.groupby(list(ROW_KEYS), dropna=False, sort=True):
+        first = config.iloc[0]
+        cells = {(row.seq_len, row.batch): row for row in config.itertuples()}
+        rows.append(
+            [config_label(first)]
+            + [_speedup_cell(cells.get(column), base.get(column), fastest.get(column)) for column in columns]
+        )
+    return _table(["kernel  heads×d_qk/d_v  chunk"] + [_column_label(*column) for column in columns], rows)
+
+
+def _speedup_cell(row, baseline_ms: float | None, fastest_ms: float | None) -> str:
+    if row is None:
+        return "–"
+    if row.status != "ok" or not row.time_ms > 0:
+        return row.status
+    text = f"{row.time_ms:.2f}"
+    if fastest_ms is not None and row.time_ms == fastest_ms:
+        text = f"**{text}**"
+    if baseline_ms is not None and pd.notna(baseline_ms):
+        text += f" ({baseline_ms / row.time_ms:.2f}×)"
+    return text
+
+
+def chunk_optimum_markdown(run: Run) -> str:
+    """Measured optimal chunk size of each mLSTM chunk sweep next to Eq. 121 / §11.3 and the model time."""
+    from tflabench.analysis import models, roofline
+
+    optima = chunk_optima(run)
+    if not optima:
+        return "No mLSTM kernel of this run was measured at two or more chunk sizes."
+    rows = []
+    for optimum in optima:
+        sweep, best = optimum.sweep, optimum.sweep.best
+        theory, runnable, model = "–", "–", "–"
+        if optimum.theory_chunk is not None:
+            theory = f"{optimum.theory_chunk:.0f}"
+            runnable = f"{optimum.runnable_chunk} ({optimum.reason})"
+            if pd.notna(best["flops"]) and pd.notna(best["bytes"]):
+                cost = models.Cost(flops=float(best["flops"]), bytes=float(best["bytes"]))
+                model_ms = roofline.runtime_additive(cost, optimum.ceilings) * 1e3
+                model = f"{model_ms:.2f} ({optimum.measured_ms / model_ms:.2f}×)"
+        rows.append(
+            [
+                sweep.kernel,
+                dims_label(sweep.heads, sweep.head_dim_qk, sweep.head_dim_v),
+                f"T={count_label(sweep.seq_len)} B={sweep.batch}",
+                sweep.mode,
+                f"{optimum.measured_chunk} ({optimum.measured_ms:.2f} ms)",
+                theory,
+                runnable,
+                model,
+            ]
+        )
+    ceilings = next((o.ceilings for o in optima if o.ceilings is not None), None)
+    source = (
+        f"Theory and model use the {ceilings.source} ceilings ({ceilings_label(ceilings)}), 4-byte states, "
+        "F_c = 0.5. Model: F/α + B/β (Eq. 116 form) at the measured optimum, and measured / model."
+        if ceilings is not None
+        else optima[0].reason
+    )
+    header = [
+        "kernel",
+        "heads×d_qk/d_v",
+        "shape",
+        "mode",
+        "measured optimum L (ms)",
+        "theory L*",
+        "runnable L (reason)",
+        "model ms at measured L (measured/model)",
+    ]
+    return source + "\n\n" + _table(header, rows)
+
+
+def plots_markdown(run: Run, rendered: Rendered) -> str:
+    parts = []
+    for name, kind in PLOT_KINDS.items():
+        if name in rendered.skipped:
+            parts.append(f"- **{kind.title}**: not drawn: {rendered.skipped[name]}.")
+        if name not in rendered.files:
+            continue
+        links = {
+            path.suffix[1:]: Path(os.path.relpath(path, run.directory)).as_posix()
+            for path in rendered.files[name]
+        }
+        lines = [f"### {kind.title}"]
+        if "png" in links:
+            lines.append(f"![{kind.title}]({links['png']})")
+        lines.append(" · ".join(f"[{fmt.upper()}]({link})" for fmt, link in links.items()))
+        parts.append("\n\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def failures_markdown(run: Run) -> str:
+    entries = not_measured(run.table)
+    if not entries:
+        return "Every point was measured."
+    header = ["kernel", "heads×d_qk/d_v", "modes", "status", "sequence lengths", "chunk sizes", "reason"]
+    rows = [
+        [
+            entry.kernel,
+            entry.dims,
+            ", ".join(entry.modes),
+            entry.status,
+            ", ".join(count_label(t) for t in entry.seq_lens),
+            ", ".join(str(c) for c in entry.chunk_sizes) or "–",
+            entry.reason or "no reason recorded",
+        ]
+        for entry in entries
+    ]
+    return _table(header, rows)
