@@ -32,7 +32,7 @@ from tflabench.kernels.mlstm.reference import VARIANTS, InitialState, State
 
 CHUNKED_ALGORITHMS = {
     "xl_chunk": ("tflabench.kernels.mlstm.xl_chunk", "mlstm_xl_chunk"),
-    "limit_chunk": ("tflabench.kernels.mlstm.limit_chunk", "mlstm_limit_chunk"),
+    "limit_chunk": ("tflabench.kernels.mlstm.xl_chunk", "mlstm_limit_chunk"),
 }
 ALGORITHMS = (*CHUNKED_ALGORITHMS, "parallel", "recurrent")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)

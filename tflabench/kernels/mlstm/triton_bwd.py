@@ -4,9 +4,10 @@ The max states m and the denominator are constants of the backward pass (mlstm-t
 pass stores the per-token denominator and m_comb, so no online rescaling happens here. With
 dHt = dH / denom (row-wise) and, for chunk c (0-based) with states[c] the state before it:
 
-* `chunk_state_grads_kernel`: dstates[c] = gbar_c dstates[c+1] + Qbar_c^T dHt_c (Eqs. 63-64), a reverse
-  recurrence over chunks; dstates[NC] is the gradient of the returned final state, dstates[0] that of
-  the initial state. Grid (Dqk/BK, Dv/BV, B*H).
+* `chunk_state_grads_kernel`: dC_{c-1} = gbar_c dC_c + Qbar_c^T dHt_c (Eqs. 63-64), a reverse recurrence
+  over chunks starting from the gradient of the returned final state. It stores dstates[c], the gradient
+  of the state *after* chunk c (which chunk c's keys and values enter), and dc0, the gradient of the
+  initial state. Grid (Dqk/BK, Dv/BV, B*H).
 * `chunk_dq_kernel`: dQ = scale (dHt V^T * D) K + scale qgate * dHt states[c]^T. Grid (Dqk/BK, L/BLQ, NC*B*H).
 * `chunk_dk_kernel`: dK = scale (V dHt^T * D^T) Q + kgate * V dstates[c+1]^T. Grid (Dqk/BK, L/BLKV, NC*B*H).
 * `chunk_dv_kernel`: dV = (scale K Q^T * D^T) dHt + (kgate * K) dstates[c+1]. Grid (Dv/BV, L/BLKV, NC*B*H).
@@ -58,7 +59,7 @@ def _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_keys, L: tl.constexpr, 
 @triton.jit
 def chunk_state_grads_kernel(
     q_ptr, dh_ptr, b_ptr, m_ptr, m_comb_ptr, denom_ptr,
-    dc_last_ptr, dc_ptr,
+    dc_last_ptr, dc_ptr, dc0_ptr,
     stride_q_b, stride_q_t, stride_q_h,
     stride_dh_b, stride_dh_t, stride_dh_h,
     T, H, NC, qk_scale,
@@ -66,7 +67,8 @@ def chunk_state_grads_kernel(
     L: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, HAS_DC_LAST: tl.constexpr,
 ):
-    """Grid (DQK/BK, DV/BV, B*H). Writes dc [B*H, NC+1, DQK, DV] fp32."""
+    """Grid (DQK/BK, DV/BV, B*H). Writes dc [B*H, NC, DQK, DV] (dtype of dc_ptr; the recurrence runs in
+    fp32) and dc0 [B*H, DQK, DV] fp32."""
     pid_k = tl.program_id(0)
     pid_v = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -83,9 +85,9 @@ def chunk_state_grads_kernel(
         dstate = tl.load(dc_last_ptr + bh * DQK * DV + state_offs).to(tl.float32)
     else:
         dstate = tl.zeros([BK, BV], dtype=tl.float32)
-    tl.store(dc_ptr + (bh * (NC + 1) + NC) * DQK * DV + state_offs, dstate)
     for step in range(0, NC):
         chunk = NC - 1 - step
+        tl.store(dc_ptr + (bh * NC + chunk) * DQK * DV + state_offs, dstate.to(dc_ptr.dtype.element_ty))
         chunk_decay = tl.load(b_ptr + bh * T + chunk * L + L - 1)
         if STABILIZE:
             m_prev = tl.load(m_ptr + bh * (NC + 1) + chunk)
@@ -102,7 +104,7 @@ def chunk_state_grads_kernel(
             dh_tile = tl.load(dh_base + t[:, None] * stride_dh_t + offs_v[None, :])
             dh_scaled = dh_tile.to(tl.float32) * inv_denom[:, None]
             dstate += tl.dot(tl.trans(q_gated.to(q_tile.dtype)), dh_scaled.to(q_tile.dtype))
-        tl.store(dc_ptr + (bh * (NC + 1) + chunk) * DQK * DV + state_offs, dstate)
+    tl.store(dc0_ptr + bh * DQK * DV + state_offs, dstate)
 
 
 @triton.jit
@@ -156,7 +158,7 @@ def chunk_dq_kernel(
         dq += tl.dot(dscores.to(k_tile.dtype), k_tile)
 
     dq_inter = tl.zeros([BLQ, BK], dtype=tl.float32)
-    c_slot = (bh * (NC + 1) + chunk) * DQK * DV
+    c_slot = (bh * NC + chunk) * DQK * DV
     for dv in range(0, DV, BV):
         dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
         c_tile = tl.load(c_ptr + c_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
@@ -221,7 +223,7 @@ def chunk_dk_kernel(
         dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
 
     dk_inter = tl.zeros([BLKV, BK], dtype=tl.float32)
-    dc_slot = (bh * (NC + 1) + chunk + 1) * DQK * DV
+    dc_slot = (bh * NC + chunk) * DQK * DV
     for dv in range(0, DV, BV):
         v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
         dc_tile = tl.load(dc_ptr + dc_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
@@ -285,7 +287,7 @@ def chunk_dv_kernel(
         dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
 
-    dc_slot = (bh * (NC + 1) + chunk + 1) * DQK * DV
+    dc_slot = (bh * NC + chunk) * DQK * DV
     for dk in range(0, DQK, BK):
         k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
         k_gated = k_tile.to(tl.float32) * k_gate[:, None]
@@ -294,3 +296,69 @@ def chunk_dv_kernel(
 
     dv_base = dv_ptr + batch * stride_dv_b + head * stride_dv_h
     tl.store(dv_base + t_kv[:, None] * stride_dv_t + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty))
+
+
+@triton.jit
+def chunk_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, dc_ptr,
+    dk_ptr, dv_ptr, kdk_ptr,
+    stride_q_b, stride_q_t, stride_q_h,
+    stride_k_b, stride_k_t, stride_k_h,
+    stride_v_b, stride_v_t, stride_v_h,
+    stride_dh_b, stride_dh_t, stride_dh_h,
+    T, H, NC, qk_scale,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+):
+    """dK and dV of one key/value tile in one program (whole head dims, both powers of two).
+
+    Grid (L/BLKV, NC*B*H). The key tile, value tile and the state gradient stay on chip while the program
+    walks the query tiles at and after the diagonal, so the scores K Q^T and V dHt^T are computed once for
+    both gradients (the split kernels compute each twice). Writes dk, dv (layouts of k, v) and kdk
+    [1, B*H, T].
+    """
+    pid_kv = tl.program_id(0)
+    pid_cbh = tl.program_id(1).to(tl.int64)
+    bh = pid_cbh // NC
+    chunk = pid_cbh % NC
+    batch = bh // H
+    head = bh % H
+    offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
+    offs_lq = tl.arange(0, BLQ)
+    offs_qk = tl.arange(0, DQK)
+    offs_v = tl.arange(0, DV)
+    t_kv = chunk * L + offs_kv
+    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
+    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    k_tile = tl.load(k_ptr + batch * stride_k_b + head * stride_k_h
+                     + t_kv[:, None] * stride_k_t + offs_qk[None, :])
+    v_tile = tl.load(v_ptr + batch * stride_v_b + head * stride_v_h
+                     + t_kv[:, None] * stride_v_t + offs_v[None, :])
+    b_kv, ig_kv, k_gate = _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_kv, L, STABILIZE)
+
+    dc_tile = tl.load(dc_ptr + (bh * NC + chunk) * DQK * DV + offs_qk[:, None] * DV + offs_v[None, :])
+    dk = tl.dot(v_tile, tl.trans(dc_tile.to(v_tile.dtype))) * k_gate[:, None]
+    k_gated = (k_tile.to(tl.float32) * k_gate[:, None]).to(k_tile.dtype)
+    dv = tl.dot(k_gated, dc_tile.to(k_tile.dtype))
+
+    first_q_tile = pid_kv * BLKV // BLQ
+    for q_tile_idx in range(first_q_tile, L // BLQ):
+        t_q = chunk * L + q_tile_idx * BLQ + offs_lq
+        b_q, _, m_comb, inv_denom = _row_gates(
+            b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
+        q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_qk[None, :])
+        dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
+        gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
+        causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
+        gate_t = tl.where(causal_t, tl.exp(gate_log_t), 0.0) * (inv_denom * qk_scale)[None, :]
+        scores_t = tl.dot(k_tile, tl.trans(q_tile)) * gate_t
+        dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
+        dscores_t = tl.dot(v_tile, tl.trans(dh_tile)) * gate_t
+        dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
+
+    tl.store(kdk_ptr + bh * T + t_kv, tl.sum(k_tile.to(tl.float32) * dk, 1))
+    tl.store(dk_ptr + batch * stride_k_b + head * stride_k_h + t_kv[:, None] * stride_k_t + offs_qk[None, :],
+             dk.to(dk_ptr.dtype.element_ty))
+    tl.store(dv_ptr + batch * stride_v_b + head * stride_v_h + t_kv[:, None] * stride_v_t + offs_v[None, :],
+             dv.to(dv_ptr.dtype.element_ty))

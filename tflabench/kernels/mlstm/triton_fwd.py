@@ -5,7 +5,7 @@ Three launches per forward pass (mlstm-tfla.md §4.6, §6):
 1. `gate_cumsum_kernel`: log gates. b[t] = inclusive cumsum of log sigmoid(f) from the start of t's chunk,
    ig[t] = log input gate (i for mLSTMexp, log sigmoid(i) for mLSTMsig). Both fp32, head-first [B*H, T].
 2. `chunk_states_kernel` (level 1 of sequence parallelism): the recurrence over chunks that materializes
-   the stabilized states C_k [B*H, NC+1, Dqk, Dv] (and n_k, m_k). Grid (Dqk/BK, Dv/BV, B*H); each program
+   the stabilized states C_k [B*H, NC, Dqk, Dv] (and n_k, m_k). Grid (Dqk/BK, Dv/BV, B*H); each program
    walks the sequence in sub-chunks of BL tokens and stores one state per chunk of L tokens.
 3. `chunk_outputs_kernel` (level 2): every chunk in parallel, and inside a chunk every (query tile, value
    tile) pair in parallel. Grid (Dv/BV, L/BLQ, NC*B*H). It loops over the key/value tiles up to the
@@ -14,7 +14,7 @@ Three launches per forward pass (mlstm-tfla.md §4.6, §6):
 
 Token-major tensors (q, k, v, h, gates) keep the public layout [B, T, H, D] and are addressed through
 strides, so no transpose is needed. Indices: c is the 0-based chunk, states[c] is the state *before*
-chunk c (states[0] = initial state, states[NC] = final state).
+chunk c (states[0] = initial state); the final state is written separately in fp32.
 """
 
 import triton
@@ -57,7 +57,7 @@ def gate_cumsum_kernel(
 def chunk_states_kernel(
     k_ptr, v_ptr, b_ptr, ig_ptr,
     c0_ptr, n0_ptr, m0_ptr,
-    c_ptr, n_ptr, m_ptr,
+    c_ptr, n_ptr, m_ptr, c_last_ptr, n_last_ptr,
     stride_k_b, stride_k_t, stride_k_h,
     stride_v_b, stride_v_t, stride_v_h,
     T, H, NC,
@@ -67,8 +67,10 @@ def chunk_states_kernel(
 ):
     """Grid (DQK/BK, DV/BV, B*H).
 
-    Outputs: c [B*H, NC+1, DQK, DV], n [B*H, NC+1, DQK], m [B*H, NC+1] (fp32, stabilized: the true state is
-    the stored one times exp(m)). n is written when TRACK_N, m when STABILIZE (mLSTMexp).
+    Outputs (stabilized: the true state is the stored one times exp(m)): c [B*H, NC, DQK, DV] the states
+    before each chunk, in the dtype of c_ptr (the kernels' matmul operand dtype; the recurrence itself runs
+    in fp32); n [B*H, NC, DQK] fp32 when TRACK_N; m [B*H, NC+1] fp32 when STABILIZE (mLSTMexp);
+    c_last [B*H, DQK, DV] and n_last [B*H, DQK] the final states in fp32.
     """
     pid_k = tl.program_id(0)
     pid_v = tl.program_id(1)
@@ -93,11 +95,10 @@ def chunk_states_kernel(
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     v_base = v_ptr + batch * stride_v_b + head * stride_v_h
     for chunk in range(0, NC):
-        c_slot = (bh * (NC + 1) + chunk) * DQK * DV
-        tl.store(c_ptr + c_slot + state_offs, state)
+        tl.store(c_ptr + (bh * NC + chunk) * DQK * DV + state_offs, state.to(c_ptr.dtype.element_ty))
         if TRACK_N:
             if writes_vectors:
-                tl.store(n_ptr + (bh * (NC + 1) + chunk) * DQK + offs_k, norm)
+                tl.store(n_ptr + (bh * NC + chunk) * DQK + offs_k, norm)
         if STABILIZE:
             if writes_vectors & (pid_k == 0):
                 tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
@@ -124,11 +125,10 @@ def chunk_states_kernel(
             if TRACK_N:
                 norm = norm * state_scale + tl.sum(k_weighted, 0)
 
-    c_slot = (bh * (NC + 1) + NC) * DQK * DV
-    tl.store(c_ptr + c_slot + state_offs, state)
+    tl.store(c_last_ptr + bh * DQK * DV + state_offs, state)
     if TRACK_N:
         if writes_vectors:
-            tl.store(n_ptr + (bh * (NC + 1) + NC) * DQK + offs_k, norm)
+            tl.store(n_last_ptr + bh * DQK + offs_k, norm)
     if STABILIZE:
         if writes_vectors & (pid_k == 0):
             tl.store(m_ptr + bh * (NC + 1) + NC, m_state)
@@ -208,14 +208,14 @@ def chunk_outputs_kernel(
 
     h_inter = tl.zeros([BLQ, BV], dtype=tl.float32)
     n_inter = tl.zeros([BLQ], dtype=tl.float32)
-    c_slot = (bh * (NC + 1) + chunk) * DQK * DV
+    c_slot = (bh * NC + chunk) * DQK * DV
     for dk in range(0, DQK, BK):
         q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
         q_gated = q_tile.to(tl.float32) * q_gate[:, None]
         c_tile = tl.load(c_ptr + c_slot + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
         h_inter += tl.dot(q_gated.to(q_tile.dtype), c_tile.to(q_tile.dtype))
         if NORMALIZE:
-            n_tile = tl.load(n_ptr + (bh * (NC + 1) + chunk) * DQK + dk + offs_dk)
+            n_tile = tl.load(n_ptr + (bh * NC + chunk) * DQK + dk + offs_dk)
             n_inter += tl.sum(q_gated * n_tile[None, :], 1)
 
     h_out = h_inter + h_intra * intra_scale[:, None]

@@ -36,7 +36,9 @@ class Tiling:
     chunk: L. Recurrent (state) kernels: block_state (BL, the sub-chunk of the recurrence), state_block_qk
     and state_block_v (the state tile of one program), state_num_warps, state_num_stages. Parallel (output
     and gradient) kernels: block_q / block_kv (B_Lhq / B_Lkv, block_q >= block_kv, both divide L),
-    block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages.
+    block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages. fused_dkdv: compute dK and dV in one
+    kernel over whole head dims (used when both head dims are powers of two with Dqk * Dv <= 128 * 256),
+    with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages.
     """
 
     chunk: int
@@ -51,6 +53,14 @@ class Tiling:
     num_stages: int = 1
     state_num_warps: int = 4
     state_num_stages: int = 1
+    fused_dkdv: bool = True
+    dkdv_block_kv: int = 64
+    dkdv_num_warps: int = 8
+    dkdv_num_stages: int = 1
+
+    def uses_fused_dkdv(self, head_dim_qk: int, head_dim_v: int) -> bool:
+        powers_of_two = not (head_dim_qk & (head_dim_qk - 1) or head_dim_v & (head_dim_v - 1))
+        return self.fused_dkdv and powers_of_two and head_dim_qk * head_dim_v <= 128 * 256
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, limit: bool = False) -> "Tiling":
@@ -58,17 +68,19 @@ class Tiling:
         qk_block = _largest_pow2_block(head_dim_qk, 64)
         v_block = _largest_pow2_block(head_dim_v, 64)
         return cls(chunk=chunk, block_state=min(64, chunk), state_block_qk=qk_block, state_block_v=v_block,
-                   block_q=tile, block_kv=tile, block_qk=qk_block, block_v=v_block)
+                   block_q=tile, block_kv=tile, block_qk=qk_block, block_v=v_block, dkdv_block_kv=tile)
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         blocks = ("chunk", "block_state", "state_block_qk", "state_block_v", "block_q", "block_kv",
-                  "block_qk", "block_v")
+                  "block_qk", "block_v", "dkdv_block_kv")
         for name in blocks:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
                 raise ValueError(f"tiling {name}={value} must be a power of two >= 16")
         if self.chunk % self.block_q or self.chunk % self.block_state or self.block_q % self.block_kv:
             raise ValueError(f"tiling {self}: block_q and block_state must divide the chunk, block_kv block_q")
+        if self.chunk % self.dkdv_block_kv:
+            raise ValueError(f"tiling {self}: dkdv_block_kv must divide the chunk")
         for qk_block, v_block in ((self.block_qk, self.block_v), (self.state_block_qk, self.state_block_v)):
             if head_dim_qk % qk_block or head_dim_v % v_block:
                 raise ValueError(f"tiling {self}: head-dim blocks must divide the head dims")
@@ -88,13 +100,16 @@ class _Forward:
     """What the forward pass computes; all but h are kept for the backward pass."""
 
     h: torch.Tensor | None
-    states: torch.Tensor  # [B*H, NC+1, Dqk, Dv]
-    norms: torch.Tensor  # [B*H, NC+1, Dqk]
-    maxes: torch.Tensor  # [B*H, NC+1]
+    states: torch.Tensor | None  # [B*H, NC, Dqk, Dv], states before each chunk (matmul operand dtype)
+    norms: torch.Tensor  # [B*H, NC, Dqk] fp32
+    maxes: torch.Tensor  # [B*H, NC+1] fp32
+    c_last: torch.Tensor  # [B*H, Dqk, Dv] fp32
+    n_last: torch.Tensor  # [B*H, Dqk] fp32
     denom: torch.Tensor  # [B*H, T]
     m_comb: torch.Tensor  # [B*H, T]
     log_f_cumsum: torch.Tensor  # [B*H, T]
     log_i: torch.Tensor  # [B*H, T]
+    state_dtype: torch.dtype
 
 
 def _gate_cumsums(i, f, tiling: Tiling, sig: bool):
@@ -109,32 +124,39 @@ def _gate_cumsums(i, f, tiling: Tiling, sig: bool):
     return log_f_cumsum, log_i
 
 
-def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize: bool, track_n: bool):
+def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize: bool, track_n: bool,
+                  state_dtype: torch.dtype):
+    """Launch the state recurrence. Returns states, norms, maxes, c_last, n_last (see `_Forward`)."""
     B, T, H, DQK = k.shape
     DV = v.shape[-1]
     NC = T // tiling.chunk
-    states = torch.empty(B * H, NC + 1, DQK, DV, device=k.device, dtype=torch.float32)
-    norms = torch.empty(B * H, NC + 1, DQK, device=k.device, dtype=torch.float32) if track_n else states
-    maxes = torch.empty(B * H, NC + 1, device=k.device, dtype=torch.float32) if stabilize else states
-    c0, n0, m0 = initial if initial is not None else (states, states, states)
+    device = k.device
+    states = torch.empty(B * H, NC, DQK, DV, device=device, dtype=state_dtype)
+    c_last = torch.empty(B * H, DQK, DV, device=device, dtype=torch.float32)
+    n_last = torch.zeros(B * H, DQK, device=device, dtype=torch.float32)
+    norms = torch.empty(B * H, NC, DQK, device=device, dtype=torch.float32) if track_n else c_last
+    maxes = torch.zeros(B * H, NC + 1, device=device, dtype=torch.float32)
+    c0, n0, m0 = initial if initial is not None else (c_last, c_last, c_last)
     grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
     triton_fwd.chunk_states_kernel[grid](
-        k, v, log_f_cumsum, log_i, c0, n0, m0, states, norms, maxes,
+        k, v, log_f_cumsum, log_i, c0, n0, m0, states, norms, maxes, c_last, n_last,
         *_token_strides(k), *_token_strides(v), T, H, NC,
         DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.state_block_qk,
         BV=tiling.state_block_v, STABILIZE=stabilize, TRACK_N=track_n, HAS_INITIAL=initial is not None,
         num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
     )
-    return states, norms, maxes
+    return states, norms, maxes, c_last, n_last
 
 
-def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool, eps: float) -> _Forward:
+def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool, eps: float,
+             state_dtype: torch.dtype) -> _Forward:
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
     NC = T // tiling.chunk
     stabilize = not sig
     log_f_cumsum, log_i = _gate_cumsums(i, f, tiling, sig)
-    states, norms, maxes = _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling, stabilize, normalize)
+    states, norms, maxes, c_last, n_last = _chunk_states(
+        k, v, log_f_cumsum, log_i, initial, tiling, stabilize, normalize, state_dtype)
     h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
@@ -147,55 +169,71 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
         BK=tiling.block_qk, BV=tiling.block_v, STABILIZE=stabilize, NORMALIZE=normalize,
         num_warps=tiling.num_warps, num_stages=tiling.num_stages,
     )
-    return _Forward(h, states, norms, maxes, denom, m_comb, log_f_cumsum, log_i)
+    return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, state_dtype)
 
 
-def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, tiling: Tiling, sig: bool, normalize: bool):
-    """Returns dq, dk, dv, di, df, dc0 (dc0 is the gradient of the initial state C_0)."""
+def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tiling: Tiling, sig: bool,
+              normalize: bool):
+    """Returns dq, dk, dv, di, df, dc0 (dc0 is the gradient of the initial state C_0).
+
+    recompute_states: () -> states, called when the forward pass did not keep them. The order (dQ with the
+    states, then the state gradients, then dK/dV) keeps at most one of states and state gradients alive.
+    """
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
     NC = T // tiling.chunk
     stabilize = not sig
     qk_scale = 1.0 / math.sqrt(DQK)
-    flags = dict(STABILIZE=stabilize, NORMALIZE=normalize, num_warps=tiling.num_warps,
-                 num_stages=tiling.num_stages)
-    dims = dict(DQK=DQK, DV=DV, L=tiling.chunk, BK=tiling.block_qk, BV=tiling.block_v)
-    tiles = dict(BLQ=tiling.block_q, BLKV=tiling.block_kv)
+    flags = dict(STABILIZE=stabilize, NORMALIZE=normalize)
+    launch = dict(num_warps=tiling.num_warps, num_stages=tiling.num_stages)
+    dims = dict(DQK=DQK, DV=DV, L=tiling.chunk)
+    blocks = dict(BK=tiling.block_qk, BV=tiling.block_v, BLQ=tiling.block_q, BLKV=tiling.block_kv)
     gates = (fwd.log_f_cumsum, fwd.log_i, fwd.maxes, fwd.m_comb, fwd.denom)
+    strides_qkvh = (*_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(dh))
+    bh_shape = (B * H, T)
 
-    dstates = torch.empty_like(fwd.states)
-    has_dc_last = dc_last is not None
-    state_grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
-    triton_bwd.chunk_state_grads_kernel[state_grid](
-        q, dh, fwd.log_f_cumsum, fwd.maxes, fwd.m_comb, fwd.denom,
-        dc_last if has_dc_last else dstates, dstates,
-        *_token_strides(q), *_token_strides(dh), T, H, NC, qk_scale,
-        DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.state_block_qk,
-        BV=tiling.state_block_v, STABILIZE=stabilize, NORMALIZE=normalize, HAS_DC_LAST=has_dc_last,
-        num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
-    )
+    states = fwd.states if fwd.states is not None else recompute_states()
     num_qk_blocks = DQK // tiling.block_qk
     dq = torch.empty_like(q)
+    q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
+    triton_bwd.chunk_dq_kernel[(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)](
+        q, k, v, dh, *gates, states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale,
+        **dims, **blocks, **flags, **launch,
+    )
+    del states
+
+    dstates = torch.empty(B * H, NC, DQK, DV, device=q.device, dtype=fwd.state_dtype)
+    dc0 = torch.empty(B * H, DQK, DV, device=q.device, dtype=torch.float32)
+    has_dc_last = dc_last is not None
+    triton_bwd.chunk_state_grads_kernel[(DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)](
+        q, dh, fwd.log_f_cumsum, fwd.maxes, fwd.m_comb, fwd.denom,
+        dc_last if has_dc_last else dc0, dstates, dc0,
+        *_token_strides(q), *_token_strides(dh), T, H, NC, qk_scale,
+        BL=tiling.block_state, BK=tiling.state_block_qk, BV=tiling.state_block_v, HAS_DC_LAST=has_dc_last,
+        **dims, **flags, num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
+    )
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
-    q_dq = torch.empty(num_qk_blocks, B * H, T, device=q.device, dtype=torch.float32)
-    k_dk = torch.empty_like(q_dq)
-    strides_qkvh = (*_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(dh))
-    triton_bwd.chunk_dq_kernel[(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)](
-        q, k, v, dh, *gates, fwd.states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale,
-        **dims, **tiles, **flags,
-    )
-    triton_bwd.chunk_dk_kernel[(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)](
-        q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale,
-        **dims, **tiles, **flags,
-    )
-    triton_bwd.chunk_dv_kernel[(DV // tiling.block_v, tiling.chunk // tiling.block_kv, NC * B * H)](
-        q, k, dh, *gates, dstates, dv,
-        *_token_strides(q), *_token_strides(k), *_token_strides(dh), *_token_strides(dv),
-        T, H, NC, qk_scale, **dims, **tiles, **flags,
-    )
+    if tiling.uses_fused_dkdv(DQK, DV):
+        k_dk = torch.empty(1, *bh_shape, device=q.device, dtype=torch.float32)
+        triton_bwd.chunk_dkdv_kernel[(tiling.chunk // tiling.dkdv_block_kv, NC * B * H)](
+            q, k, v, dh, *gates, dstates, dk, dv, k_dk, *strides_qkvh, T, H, NC, qk_scale,
+            BLQ=tiling.block_q, BLKV=tiling.dkdv_block_kv, **dims, **flags,
+            num_warps=tiling.dkdv_num_warps, num_stages=tiling.dkdv_num_stages,
+        )
+    else:
+        k_dk = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
+        triton_bwd.chunk_dk_kernel[(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)](
+            q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale,
+            **dims, **blocks, **flags, **launch,
+        )
+        triton_bwd.chunk_dv_kernel[(DV // tiling.block_v, tiling.chunk // tiling.block_kv, NC * B * H)](
+            q, k, dh, *gates, dstates, dv,
+            *_token_strides(q), *_token_strides(k), *_token_strides(dh), *_token_strides(dv),
+            T, H, NC, qk_scale, **dims, **blocks, **flags, **launch,
+        )
     di, df = _gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd, dc_last, sig)
-    return dq, dk, dv, di, df, dstates[:, 0].view(B, H, DQK, DV)
+    return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
 
 
 def _gate_grads(q_dq, k_dk, i, f, fwd: _Forward, dc_last, sig: bool):
@@ -204,7 +242,7 @@ def _gate_grads(q_dq, k_dk, i, f, fwd: _Forward, dc_last, sig: bool):
     d_cum_log_f = q_dq - k_dk
     d_log_f = d_cum_log_f.flip(-1).cumsum(-1).flip(-1)
     if dc_last is not None:
-        final_state = fwd.states[:, -1].reshape(B * H, -1)
+        final_state = fwd.c_last.reshape(B * H, -1)
         d_log_f = d_log_f + (final_state * dc_last.reshape(B * H, -1)).sum(-1, keepdim=True)
     d_log_i = k_dk
 
@@ -218,62 +256,79 @@ def _gate_grads(q_dq, k_dk, i, f, fwd: _Forward, dc_last, sig: bool):
     return di.to(i.dtype), df.to(f.dtype)
 
 
+@dataclass(frozen=True)
+class _Config:
+    tiling: Tiling
+    sig: bool
+    normalize: bool
+    eps: float
+    recompute_states: bool
+    return_final_state: bool
+    state_dtype: torch.dtype
+
+
 class _MLSTMChunkwise(torch.autograd.Function):
+    """Outputs h, and with config.return_final_state also (C_T, n_T, m_T); C_0 gets a gradient."""
+
     @staticmethod
-    def forward(ctx, q, k, v, i, f, c0, n0, m0, tiling, sig, normalize, eps, recompute_states):
+    def forward(ctx, config: _Config, q, k, v, i, f, c0, n0, m0):
         ctx.set_materialize_grads(False)
-        initial = None
-        if c0 is not None:
-            initial = tuple(x.float().contiguous() for x in (c0, n0, m0))
-        fwd = _forward(q, k, v, i, f, initial, tiling, sig, normalize, eps)
-        B, T, H, DQK = q.shape
-        DV = v.shape[-1]
-        c_last = fwd.states[:, -1].reshape(B, H, DQK, DV).clone()
-        n_last = (fwd.norms[:, -1].reshape(B, H, DQK).clone() if normalize
-                  else torch.zeros(B, H, DQK, device=q.device))
-        m_last = fwd.maxes[:, -1].reshape(B, H).clone() if not sig else torch.zeros(B, H, device=q.device)
-        ctx.mark_non_differentiable(n_last, m_last)
-        ctx.config = (tiling, sig, normalize, eps, recompute_states, initial is not None)
-        if recompute_states:
+        initial = None if c0 is None else tuple(x.float().contiguous() for x in (c0, n0, m0))
+        fwd = _forward(q, k, v, i, f, initial, config.tiling, config.sig, config.normalize, config.eps,
+                       config.state_dtype)
+        h, fwd.h = fwd.h, None  # h is not needed backward; keeping it in ctx would form a reference cycle
+        if config.recompute_states:
             fwd.states = None
-        h = fwd.h
-        fwd.h = None  # the output is not needed for the backward pass; keeping it would form a reference cycle
-        ctx.fwd = fwd
-        saved_initial = initial if initial is not None else ()
-        ctx.save_for_backward(q, k, v, i, f, *saved_initial)
+        ctx.config, ctx.fwd, ctx.has_initial = config, fwd, initial is not None
+        ctx.save_for_backward(q, k, v, i, f, *(initial or ()))
+        if not config.return_final_state:
+            return h
+        B, _, H, DQK = q.shape
+        c_last = fwd.c_last.view(B, H, DQK, -1)
+        n_last = fwd.n_last.view(B, H, DQK)
+        m_last = fwd.maxes[:, -1].reshape(B, H)
+        ctx.mark_non_differentiable(n_last, m_last)
         return h, c_last, n_last, m_last
 
     @staticmethod
-    def backward(ctx, dh, dc_last, _dn_last, _dm_last):
-        tiling, sig, normalize, eps, recompute_states, has_initial = ctx.config
+    def backward(ctx, dh, dc_last=None, _dn_last=None, _dm_last=None):
+        config, fwd = ctx.config, ctx.fwd
         q, k, v, i, f, *initial = ctx.saved_tensors
-        fwd = ctx.fwd
-        if recompute_states:
-            fwd.states, _, _ = _chunk_states(
-                k, v, fwd.log_f_cumsum, fwd.log_i, tuple(initial) if has_initial else None,
-                tiling, not sig, False,
-            )
-        dh = _contiguous_last(dh) if dh is not None else torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
+        initial = tuple(initial) if ctx.has_initial else None
+
+        def recompute_states():
+            return _chunk_states(k, v, fwd.log_f_cumsum, fwd.log_i, initial, config.tiling, not config.sig,
+                                 False, config.state_dtype)[0]
+
+        if dh is None:
+            dh = torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
         dc_last = dc_last.float().contiguous() if dc_last is not None else None
-        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, dh, dc_last, fwd, tiling, sig, normalize)
-        return dq, dk, dv, di, df, dc0 if has_initial else None, None, None, None, None, None, None, None
+        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, _contiguous_last(dh), dc_last, fwd, recompute_states,
+                                            config.tiling, config.sig, config.normalize)
+        return None, dq, dk, dv, di, df, dc0 if ctx.has_initial else None, None, None
 
 
-def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, normalize: bool, eps: float,
-                           initial_state=None, return_final_state: bool = False,
+def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, normalize: bool | None,
+                           eps: float, initial_state=None, return_final_state: bool = False,
                            recompute_states_in_bw: bool = True, tiling: Tiling | None = None,
-                           limit: bool = False):
+                           limit: bool = False, state_dtype: torch.dtype | None = None):
     """Chunkwise mLSTM with the TFLA Triton kernels (inputs already validated by `tflabench.kernels.mlstm`).
 
+    state_dtype: dtype of the materialized inter-chunk states in HBM (default: the dtype of q, which is the
+    dtype they are cast to as matmul operands anyway; the recurrence and the returned final state are fp32).
     Returns h [B, T, H, Dv] (dtype of q), and (h, (C, n, m)) with return_final_state.
     """
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
-    normalize = variant == "exp" or bool(normalize)
     tiling = tiling or Tiling.default(chunk_size, DQK, DV, limit=limit)
-    if tiling.chunk != chunk_size:
-        tiling = replace(tiling, chunk=chunk_size)
+    if tiling.chunk != chunk_size or tiling.dkdv_block_kv > chunk_size:
+        tiling = replace(tiling, chunk=chunk_size, dkdv_block_kv=min(tiling.dkdv_block_kv, chunk_size))
     tiling.check(DQK, DV)
+    config = _Config(
+        tiling=tiling, sig=variant == "sig", normalize=variant == "exp" or bool(normalize), eps=eps,
+        recompute_states=recompute_states_in_bw, return_final_state=return_final_state,
+        state_dtype=state_dtype or q.dtype,
+    )
     q, k, v = (_contiguous_last(x) for x in (q, k, v))
     i, f = i.contiguous(), f.contiguous()
     c0 = n0 = m0 = None
@@ -281,21 +336,20 @@ def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, norm
         c0, n0, m0 = initial_state
         n0 = n0 if n0 is not None else torch.zeros(B, H, DQK, device=q.device)
         m0 = m0 if m0 is not None else torch.zeros(B, H, device=q.device)
-    h, c_last, n_last, m_last = _MLSTMChunkwise.apply(
-        q, k, v, i, f, c0, n0, m0, tiling, variant == "sig", normalize, eps, recompute_states_in_bw,
-    )
+    outputs = _MLSTMChunkwise.apply(config, q, k, v, i, f, c0, n0, m0)
     if return_final_state:
+        h, c_last, n_last, m_last = outputs
         return h, (c_last, n_last, m_last)
-    return h
+    return outputs
 
 
 def mlstm_xl_chunk(q, k, v, i, f, *, variant, chunk_size, normalize, eps, initial_state=None,
-                   return_final_state=False, recompute_states_in_bw=True, tiling=None):
+                   return_final_state=False, recompute_states_in_bw=True, tiling=None, state_dtype=None):
     """TFLA: two levels of sequence parallelism, any chunk size (power of two >= 16 dividing T)."""
     return mlstm_chunkwise_triton(
         q, k, v, i, f, variant=variant, chunk_size=chunk_size, normalize=normalize, eps=eps,
         initial_state=initial_state, return_final_state=return_final_state,
-        recompute_states_in_bw=recompute_states_in_bw, tiling=tiling,
+        recompute_states_in_bw=recompute_states_in_bw, tiling=tiling, state_dtype=state_dtype,
     )
 
 
