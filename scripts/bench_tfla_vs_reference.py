@@ -45,110 +45,74 @@ def make_inputs(layout: str, batch, seq_len, heads, head_dim_qk, head_dim_v, dty
     return q, k, v, i, f
 
 
-#: Tiling candidates for --tune (chunk filled in per run); keys are Tiling fields.
+#: Tiling candidates (chunk filled in per run); keys are Tiling fields, plus "state_dtype" ("float32"
+#: stores the materialized states in fp32 like the reference: an ablation at equal state bytes).
+V1_BEST = dict(state_block_v=128, block_qk=128, block_v=128, num_stages=2)
 TILINGS = {
-    "base": dict(),
-    "s128x64-o64x64x64x128-st2": dict(state_block_qk=128, state_block_v=64, block_v=128, num_stages=2),
-    "s128x128w8-o128x64x64x128w8": dict(state_block_qk=128, state_block_v=128, state_num_warps=8,
-                                        block_q=128, block_v=128, num_warps=8, num_stages=2),
-    "s64x128-o64x64x128x128-st2": dict(state_block_v=128, block_qk=128, block_v=128, num_stages=2),
-    "o128x128x64x128w8": dict(state_block_qk=128, block_q=128, block_kv=128, block_v=128, num_warps=8,
-                              num_stages=2),
-    "o64x64x128x256w8": dict(state_block_qk=128, block_qk=128, block_v=256, num_warps=8, num_stages=2),
-    "o64x32x64x128": dict(state_block_qk=128, block_kv=32, block_v=128, num_stages=2),
+    "default": dict(),
+    "v1best": V1_BEST,
+    "v1best-fp32states": dict(V1_BEST, state_dtype="float32"),
+    "v1best-o256w8": dict(V1_BEST, block_v=256, num_warps=8),
+    "v1best-dkdv32w4": dict(V1_BEST, dkdv_block_kv=32, dkdv_num_warps=4),
+    "v1best-dkdv64w4": dict(V1_BEST, dkdv_num_warps=4),
+    "v1best-s128x64": dict(V1_BEST, state_block_qk=128, state_block_v=64),
+    "v1best-st3": dict(V1_BEST, num_stages=3, state_num_stages=2),
+    "v1best-split": dict(V1_BEST, fused_dkdv=False),
 }
 
 
-def ours(variant: str, chunk: int, tiling_name: str = "base"):
+def ours(variant: str, chunk: int, tiling_name: str = "default"):
     from tflabench.kernels.mlstm.xl_chunk import Tiling, mlstm_xl_chunk
 
-    tiling = Tiling(**{**Tiling.default(chunk, 128, 256).__dict__, **TILINGS[tiling_name]})
+    options = dict(TILINGS[tiling_name])
+    state_dtype = getattr(torch, options.pop("state_dtype", "bfloat16"))
+    tiling = Tiling(**{**Tiling.default(chunk, 128, 256).__dict__, **options})
 
     def run(q, k, v, i, f):
         return mlstm_xl_chunk(q, k, v, i, f, variant=variant, chunk_size=chunk, normalize=False, eps=1e-6,
-                              tiling=tiling)
+                              tiling=tiling, state_dtype=state_dtype)
 
     return run
 
 
 def forward_breakdown(variant: str, chunk: int, tiling_name: str, inputs) -> dict:
-    """Times (ms) of the three forward launches: gate cumsums, chunk states, outputs (by difference)."""
+    """Times (ms) of the forward launches: gate cumsums, chunk states, outputs (by difference)."""
     from tflabench.kernels.mlstm import xl_chunk
 
-    tiling = xl_chunk.Tiling(**{**xl_chunk.Tiling.default(chunk, 128, 256).__dict__, **TILINGS[tiling_name]})
+    options = dict(TILINGS[tiling_name])
+    state_dtype = getattr(torch, options.pop("state_dtype", "bfloat16"))
+    tiling = xl_chunk.Tiling(**{**xl_chunk.Tiling.default(chunk, 128, 256).__dict__, **options})
     q, k, v, i, f = inputs
     sig = variant == "sig"
     gates = xl_chunk._gate_cumsums(i, f, tiling, sig)
     gate_ms = triton.testing.do_bench(lambda: xl_chunk._gate_cumsums(i, f, tiling, sig), rep=100)
     state_ms = triton.testing.do_bench(
-        lambda: xl_chunk._chunk_states(k, v, *gates, None, tiling, not sig, not sig), rep=100)
+        lambda: xl_chunk._chunk_states(k, v, *gates, None, tiling, not sig, not sig, state_dtype), rep=100)
     total_ms = triton.testing.do_bench(
-        lambda: xl_chunk._forward(q, k, v, i, f, None, tiling, sig, not sig, 1e-6), rep=100)
+        lambda: xl_chunk._forward(q, k, v, i, f, None, tiling, sig, not sig, 1e-6, state_dtype), rep=100)
     return dict(gates_ms=gate_ms, states_ms=state_ms, outputs_ms=total_ms - gate_ms - state_ms)
 
 
-def tune(chunks, variants) -> list[dict]:
+def tune(chunks, variants, tilings) -> list[dict]:
+    """Our kernels at every (variant, chunk, tiling, mode): result rows like the reference rows."""
     inputs = make_inputs("bthd", **FIG4)
     rows = []
     for variant in variants:
         for chunk in chunks:
-            for name in TILINGS:
-                row = dict(variant=variant, chunk=chunk, tiling=name)
-                try:
-                    row["fwd_ms"] = measure(ours(variant, chunk, name), inputs, "fwd")["time_ms"]
-                    row.update(forward_breakdown(variant, chunk, name, inputs))
-                    row["fwdbw_ms"] = measure(ours(variant, chunk, name), inputs, "fwdbw")["time_ms"]
-                except Exception as exc:  # out of shared memory / registers for this tiling
-                    row["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-                print("TUNE " + json.dumps(row), flush=True)
-                rows.append(row)
-                torch.cuda.empty_cache()
+            for name in tilings:
+                for mode in ("fwd", "fwdbw"):
+                    row = dict(kernel=f"tflabench.{variant}.xl_chunk", variant=variant, chunk=chunk,
+                               tiling=name, mode=mode)
+                    try:
+                        row.update(status="ok", **measure(ours(variant, chunk, name), inputs, mode))
+                        if mode == "fwd":
+                            row.update(forward_breakdown(variant, chunk, name, inputs))
+                    except Exception as exc:  # out of shared memory / registers for this tiling
+                        row.update(status="error", reason=f"{type(exc).__name__}: {str(exc)[:160]}")
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+                    torch.cuda.empty_cache()
     return rows
-
-
-def reference(variant: str, chunk: int):
-    if variant == "sig":
-        from mlstm_kernels.torch.chunkwise.triton_xl_chunk_siging import mlstm_siging_chunkwise__xl_chunk
-
-        def run(q, k, v, i, f):
-            return mlstm_siging_chunkwise__xl_chunk(q, k, v, i, f, chunk_size=chunk, normalize=False)
-    else:
-        from mlstm_kernels.torch.chunkwise.triton_xl_chunk import mlstm_chunkwise__xl_chunk
-
-        def run(q, k, v, i, f):
-            return mlstm_chunkwise__xl_chunk(q, k, v, i, f, chunk_size=chunk)
-    return run
-
-
-def measure(run, inputs, mode: str) -> dict:
-    """Median and IQR (ms) over do_bench repeats, and the peak memory increase (MiB) of one call."""
-    if mode == "fwdbw":
-        leaves = [x.detach().requires_grad_() for x in inputs]
-        grad_out = torch.randn_like(run(*leaves))
-
-        def call():
-            for x in leaves:
-                x.grad = None
-            run(*leaves).backward(grad_out)
-    else:
-        leaves = inputs
-
-        def call():
-            with torch.no_grad():
-                run(*leaves)
-
-    start = time.perf_counter()
-    call()
-    torch.cuda.synchronize()
-    warmup_s = time.perf_counter() - start
-    q25, median, q75 = triton.testing.do_bench(call, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    call()
-    torch.cuda.synchronize()
-    peak_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
-    return dict(time_ms=median, q25_ms=q25, q75_ms=q75, peak_mib=peak_mib, warmup_s=warmup_s)
 
 
 def ceilings() -> dict:
@@ -219,55 +183,46 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="results/tfla-vs-reference")
     parser.add_argument("--chunks", default="64,128,256,512")
-    parser.add_argument("--child")
+    parser.add_argument("--tilings", default="default", help=f"comma list of {', '.join(TILINGS)}")
+    parser.add_argument("--variants", default="sig,exp")
+    parser.add_argument("--reference-variants", default="sig", help="exp aborts the compiler on Triton 3.6")
+    parser.add_argument("--reference-chunks", default="64,128,256")
     parser.add_argument("--skip-check", action="store_true")
-    parser.add_argument("--reference-variants", default="sig,exp")
-    parser.add_argument("--tune", action="store_true", help="time every tiling candidate, then exit")
+    parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
         return child(args.child)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.tune:
-        rows = tune([int(c) for c in args.chunks.split(",")], ["sig", "exp"])
-        (out / "tune.json").write_text(json.dumps(rows, indent=1))
-        return
-    chunks = [int(c) for c in args.chunks.split(",")]
     ceil = ceilings()
     print(f"ceilings: {ceil['flops'] / 1e12:.0f} TFLOP/s bf16, {ceil['bandwidth'] / 1e12:.2f} TB/s", flush=True)
     checks = {}
     if not args.skip_check:
-        for variant in ("sig", "exp"):
+        for variant in args.variants.split(","):
             for chunk in (64, 256):
                 checks[f"{variant}-L{chunk}"] = check_ours(variant, chunk)
                 print(f"check {variant} L={chunk}: {checks[f'{variant}-L{chunk}']}", flush=True)
-    torch.cuda.empty_cache()
-    rows = []
-    inputs = make_inputs("bthd", **FIG4)
-    for variant in ("sig", "exp"):
-        for chunk in chunks:
-            for mode in ("fwd", "fwdbw"):
-                r = dict(kernel=f"tflabench.{variant}.xl_chunk", variant=variant, chunk=chunk, mode=mode,
-                         status="ok", **measure(ours(variant, chunk), inputs, mode))
-                r["model_ms"] = model_ms(variant, chunk, ceil, mode)
-                rows.append(r)
-                print(json.dumps(r), flush=True)
-    del inputs
+        torch.cuda.empty_cache()
+    chunks = [int(c) for c in args.chunks.split(",")]
+    rows = tune(chunks, args.variants.split(","), args.tilings.split(","))
     torch.cuda.empty_cache()
     for variant in args.reference_variants.split(","):
-        for chunk in chunks:
+        for chunk in (int(c) for c in args.reference_chunks.split(",")):
             for mode in ("fwd", "fwdbw"):
                 r = dict(kernel=f"mlstm_kernels.{variant}.xl_chunk", variant=variant, chunk=chunk, mode=mode,
                          **run_reference_child(variant, chunk, mode))
-                r["model_ms"] = model_ms(variant, chunk, ceil, mode)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
-                if r["status"] != "ok" and mode == "fwd":
+                if r["status"] != "ok":
                     break
+    for r in rows:
+        if r.get("status") == "ok":
+            r["model_ms"] = model_ms(r["variant"], r["chunk"], ceil, r["mode"])
     meta = dict(
         gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
         cuda=torch.version.cuda, config=FIG4, dtype="bfloat16", ceilings=ceil, checks=checks,
-        command=" ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M:%S"),
+        tilings={name: TILINGS[name] for name in args.tilings.split(",")},
+        command=" ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M:%S"), commit=git_commit(),
     )
     try:
         import mlstm_kernels
@@ -279,6 +234,13 @@ def main() -> None:
     print_summary(rows)
 
 
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
+    except OSError:
+        return None
+
+
 def print_summary(rows) -> None:
     best = {}
     for r in rows:
@@ -286,15 +248,19 @@ def print_summary(rows) -> None:
             key = (r["kernel"], r["mode"])
             if key not in best or r["time_ms"] < best[key]["time_ms"]:
                 best[key] = r
-    print(f"{'kernel':32s} {'mode':6s} {'L':>5s} {'ms':>8s} {'MiB':>8s} {'model ms':>9s}")
+    print(f"{'kernel':28s} {'mode':6s} {'L':>5s} {'tiling':20s} {'ms':>8s} {'MiB':>8s} {'model ms':>9s}")
     for (kernel, mode), r in sorted(best.items()):
         model = f"{r['model_ms']:.3f}" if r.get("model_ms") else "-"
-        print(f"{kernel:32s} {mode:6s} {r['chunk']:5d} {r['time_ms']:8.3f} {r['peak_mib']:8.0f} {model:>9s}")
+        print(f"{kernel:28s} {mode:6s} {r['chunk']:5d} {r.get('tiling', '-'):20s} {r['time_ms']:8.3f} "
+              f"{r['peak_mib']:8.0f} {model:>9s}")
     for mode in ("fwd", "fwdbw"):
         ref = best.get(("mlstm_kernels.sig.xl_chunk", mode))
         mine = best.get(("tflabench.sig.xl_chunk", mode))
         if ref and mine:
             print(f"sig {mode}: ours/reference = {mine['time_ms'] / ref['time_ms']:.3f}")
+        exp = best.get(("tflabench.exp.xl_chunk", mode))
+        if exp and mine:
+            print(f"{mode}: our exp / our sig = {exp['time_ms'] / mine['time_ms']:.3f}")
 
 
 if __name__ == "__main__":
