@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import time
@@ -115,6 +114,51 @@ def tune(chunks, variants, tilings) -> list[dict]:
     return rows
 
 
+def reference(variant: str, chunk: int):
+    if variant == "sig":
+        from mlstm_kernels.torch.chunkwise.triton_xl_chunk_siging import mlstm_siging_chunkwise__xl_chunk
+
+        def run(q, k, v, i, f):
+            return mlstm_siging_chunkwise__xl_chunk(q, k, v, i, f, chunk_size=chunk, normalize=False)
+    else:
+        from mlstm_kernels.torch.chunkwise.triton_xl_chunk import mlstm_chunkwise__xl_chunk
+
+        def run(q, k, v, i, f):
+            return mlstm_chunkwise__xl_chunk(q, k, v, i, f, chunk_size=chunk)
+    return run
+
+
+def measure(run, inputs, mode: str) -> dict:
+    """Median and IQR (ms) over do_bench repeats, and the peak memory increase (MiB) of one call."""
+    if mode == "fwdbw":
+        leaves = [x.detach().requires_grad_() for x in inputs]
+        grad_out = torch.randn_like(run(*leaves))
+
+        def call():
+            for x in leaves:
+                x.grad = None
+            run(*leaves).backward(grad_out)
+    else:
+        leaves = inputs
+
+        def call():
+            with torch.no_grad():
+                run(*leaves)
+
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - start
+    q25, median, q75 = triton.testing.do_bench(call, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    call()
+    torch.cuda.synchronize()
+    peak_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
+    return dict(time_ms=median, q25_ms=q25, q75_ms=q75, peak_mib=peak_mib, warmup_s=warmup_s)
+
+
 def ceilings() -> dict:
     """Achievable bf16 matmul FLOP/s (8192^3) and device-copy bandwidth (1 GiB, read + write)."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -143,7 +187,7 @@ def check_ours(variant: str, chunk: int, seq_len=8192, heads=16) -> dict:
     h_ref = mlstm_chunkwise(*ref_leaves, variant=variant, chunk_size=256, detach_normalizer=True)
     h_ref.backward(dh.double())
     errors = {"h": rel_err(h, h_ref.detach())}
-    for name, leaf, ref_leaf in zip("qkvif", leaves, ref_leaves):
+    for name, leaf, ref_leaf in zip("qkvif", leaves, ref_leaves, strict=True):
         errors["d" + name] = rel_err(leaf.grad, ref_leaf.grad)
     errors["finite"] = bool(all(torch.isfinite(x.grad).all() for x in leaves) and torch.isfinite(h).all())
     return errors
@@ -195,7 +239,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ceil = ceilings()
-    print(f"ceilings: {ceil['flops'] / 1e12:.0f} TFLOP/s bf16, {ceil['bandwidth'] / 1e12:.2f} TB/s", flush=True)
+    print(f"ceilings: {ceil['flops'] / 1e12:.0f} TFLOP/s bf16, {ceil['bandwidth'] / 1e12:.2f} TB/s",
+          flush=True)
     checks = {}
     if not args.skip_check:
         for variant in args.variants.split(","):
@@ -236,7 +281,8 @@ def main() -> None:
 
 def git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        return commit.strip() or None
     except OSError:
         return None
 
