@@ -46,17 +46,14 @@ def make_inputs(layout: str, batch, seq_len, heads, head_dim_qk, head_dim_v, dty
 
 #: Tiling candidates (chunk filled in per run); keys are Tiling fields, plus "state_dtype" ("float32"
 #: stores the materialized states in fp32 like the reference: an ablation at equal state bytes).
-V1_BEST = dict(state_block_v=128, block_qk=128, block_v=128, num_stages=2)
 TILINGS = {
     "default": dict(),
-    "v1best": V1_BEST,
-    "v1best-fp32states": dict(V1_BEST, state_dtype="float32"),
-    "v1best-o256w8": dict(V1_BEST, block_v=256, num_warps=8),
-    "v1best-dkdv32w4": dict(V1_BEST, dkdv_block_kv=32, dkdv_num_warps=4),
-    "v1best-dkdv64w4": dict(V1_BEST, dkdv_num_warps=4),
-    "v1best-s128x64": dict(V1_BEST, state_block_qk=128, state_block_v=64),
-    "v1best-st3": dict(V1_BEST, num_stages=3, state_num_stages=2),
-    "v1best-split": dict(V1_BEST, fused_dkdv=False),
+    "fp32states": dict(state_dtype="float32"),
+    "o256w8": dict(block_v=256, num_warps=8),
+    "stages1": dict(num_stages=1, state_num_stages=1),
+    "q128w8": dict(block_q=128, num_warps=8),
+    "kv32": dict(block_kv=32),
+    "fused-dkdv": dict(fused_dkdv=True),
 }
 
 

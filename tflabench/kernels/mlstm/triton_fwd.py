@@ -8,9 +8,10 @@ Three launches per forward pass (mlstm-tfla.md §4.6, §6):
    the stabilized states C_k [B*H, NC, Dqk, Dv] (and n_k, m_k). Grid (Dqk/BK, Dv/BV, B*H); each program
    walks the sequence in sub-chunks of BL tokens and stores one state per chunk of L tokens.
 3. `chunk_outputs_kernel` (level 2): every chunk in parallel, and inside a chunk every (query tile, value
-   tile) pair in parallel. Grid (Dv/BV, L/BLQ, NC*B*H). It loops over the key/value tiles up to the
-   diagonal (tiles of BLKV) and over Dqk (tiles of BK), with FlashAttention-style rescaling for mLSTMexp
-   (Algorithm 1, corrected as in §6.6), then adds the inter-chunk part Qbar C_{k-1}.
+   tile) pair in parallel. Grid (Dv/BV, L/BLQ, NC*B*H). It starts from the inter-chunk part Qbar C_{k-1},
+   then loops over the key/value tiles up to the diagonal (tiles of BLKV) and over Dqk (tiles of BK),
+   with FlashAttention-style rescaling for mLSTMexp (Algorithm 1, corrected as in §6.6, with the two
+   Dqk loops fused: see the kernel's docstring).
 
 Token-major tensors (q, k, v, h, gates) keep the public layout [B, T, H, D] and are addressed through
 strides, so no transpose is needed. Indices: c is the 0-based chunk, states[c] is the state *before*
@@ -149,7 +150,14 @@ def chunk_outputs_kernel(
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
     """Grid (DV/BV, L/BLQ, NC*B*H). Writes h [B, T, H, DV] and, when NORMALIZE, the per-token denominator
-    and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses."""
+    and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses.
+
+    The inter-chunk part Qbar C_{k-1} seeds the accumulators, for mLSTMexp with the running max seeded by
+    its stabilizer b + m_{k-1}; the key/value tiles then update them FlashAttention-style. The final
+    running max is m_comb of Eq. 99, so no separate combination step (and no second pass over Q) is
+    needed, for mLSTMexp as well as mLSTMsig. The first Dqk block of the query tile (all of it when
+    Dqk == BK) is loaded once and reused for every key/value tile.
+    """
     pid_v = tl.program_id(0)
     pid_q = tl.program_id(1)
     pid_cbh = tl.program_id(2).to(tl.int64)
@@ -165,71 +173,67 @@ def chunk_outputs_kernel(
     q_base = q_ptr + batch * stride_q_b + head * stride_q_h
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     v_base = v_ptr + batch * stride_v_b + head * stride_v_h
+    c_base = c_ptr + (bh * NC + chunk) * DQK * DV
+    n_base = n_ptr + (bh * NC + chunk) * DQK
     b_q = tl.load(b_ptr + bh * T + t_q)
 
-    h_intra = tl.zeros([BLQ, BV], dtype=tl.float32)
-    n_intra = tl.zeros([BLQ], dtype=tl.float32)
-    m_intra = tl.full([BLQ], float("-inf"), dtype=tl.float32)
+    if STABILIZE:
+        m_run = b_q + tl.load(m_ptr + bh * (NC + 1) + chunk)
+        q_gate = tl.full([BLQ], qk_scale, dtype=tl.float32)
+    else:
+        q_gate = tl.exp(b_q) * qk_scale
+    q_first = tl.load(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :])
+    q_gated = (q_first.to(tl.float32) * q_gate[:, None]).to(q_first.dtype)
+    c_tile = tl.load(c_base + offs_dk[:, None] * DV + offs_v[None, :])
+    h_acc = tl.dot(q_gated, c_tile.to(q_first.dtype))
+    n_acc = tl.zeros([BLQ], dtype=tl.float32)
+    if NORMALIZE:
+        n_acc += tl.sum(q_gated.to(tl.float32) * tl.load(n_base + offs_dk)[None, :], 1)
+    for dk in range(BK, DQK, BK):
+        q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
+        q_gated = (q_tile.to(tl.float32) * q_gate[:, None]).to(q_tile.dtype)
+        c_tile = tl.load(c_base + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
+        h_acc += tl.dot(q_gated, c_tile.to(q_tile.dtype))
+        if NORMALIZE:
+            n_acc += tl.sum(q_gated.to(tl.float32) * tl.load(n_base + dk + offs_dk)[None, :], 1)
+
     num_kv_tiles = (pid_q + 1) * BLQ // BLKV
     for kv_tile in range(0, num_kv_tiles):
         t_kv = chunk * L + kv_tile * BLKV + offs_kv
-        scores = tl.zeros([BLQ, BLKV], dtype=tl.float32)
-        for dk in range(0, DQK, BK):
+        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_dk[None, :])
+        scores = tl.dot(q_first, tl.trans(k_tile))
+        for dk in range(BK, DQK, BK):
             q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
             k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
             scores += tl.dot(q_tile, tl.trans(k_tile))
         b_kv = tl.load(b_ptr + bh * T + t_kv)
-        ig_kv = tl.load(ig_ptr + bh * T + t_kv)
-        gate_log = b_q[:, None] - b_kv[None, :] + ig_kv[None, :]
+        gate_log = b_q[:, None] - b_kv[None, :] + tl.load(ig_ptr + bh * T + t_kv)[None, :]
         causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
         gate_log = tl.where(causal, gate_log, float("-inf"))
         v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + offs_v[None, :])
         if STABILIZE:
-            m_new = tl.maximum(m_intra, tl.max(gate_log, 1))
-            rescale = tl.exp(m_intra - m_new)
+            m_new = tl.maximum(m_run, tl.max(gate_log, 1))
+            rescale = tl.exp(m_run - m_new)
             scores_gated = scores * qk_scale * tl.exp(gate_log - m_new[:, None])
-            h_intra = h_intra * rescale[:, None] + tl.dot(scores_gated.to(v_tile.dtype), v_tile)
-            n_intra = n_intra * rescale + tl.sum(scores_gated, 1)
-            m_intra = m_new
+            h_acc = h_acc * rescale[:, None] + tl.dot(scores_gated.to(v_tile.dtype), v_tile)
+            n_acc = n_acc * rescale + tl.sum(scores_gated, 1)
+            m_run = m_new
         else:
             scores_gated = scores * qk_scale * tl.exp(gate_log)
-            h_intra += tl.dot(scores_gated.to(v_tile.dtype), v_tile)
+            h_acc += tl.dot(scores_gated.to(v_tile.dtype), v_tile)
             if NORMALIZE:
-                n_intra += tl.sum(scores_gated, 1)
+                n_acc += tl.sum(scores_gated, 1)
 
-    if STABILIZE:
-        m_prev = tl.load(m_ptr + bh * (NC + 1) + chunk)
-        m_comb = tl.maximum(b_q + m_prev, m_intra)
-        q_gate = tl.exp(b_q + m_prev - m_comb) * qk_scale
-        intra_scale = tl.exp(m_intra - m_comb)
-    else:
-        q_gate = tl.exp(b_q) * qk_scale
-        intra_scale = tl.full([BLQ], 1.0, dtype=tl.float32)
-
-    h_inter = tl.zeros([BLQ, BV], dtype=tl.float32)
-    n_inter = tl.zeros([BLQ], dtype=tl.float32)
-    c_slot = (bh * NC + chunk) * DQK * DV
-    for dk in range(0, DQK, BK):
-        q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
-        q_gated = q_tile.to(tl.float32) * q_gate[:, None]
-        c_tile = tl.load(c_ptr + c_slot + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
-        h_inter += tl.dot(q_gated.to(q_tile.dtype), c_tile.to(q_tile.dtype))
-        if NORMALIZE:
-            n_tile = tl.load(n_ptr + (bh * NC + chunk) * DQK + dk + offs_dk)
-            n_inter += tl.sum(q_gated * n_tile[None, :], 1)
-
-    h_out = h_inter + h_intra * intra_scale[:, None]
     if NORMALIZE:
-        n_comb = n_inter + n_intra * intra_scale
         if STABILIZE:
-            lower_bound = tl.exp(-m_comb)
+            lower_bound = tl.exp(-m_run)
         else:
             lower_bound = tl.full([BLQ], 1.0, dtype=tl.float32)
-        denom = tl.maximum(tl.abs(n_comb), lower_bound) + eps
-        h_out = h_out / denom[:, None]
+        denom = tl.maximum(tl.abs(n_acc), lower_bound) + eps
+        h_acc = h_acc / denom[:, None]
         if pid_v == 0:
             tl.store(denom_ptr + bh * T + t_q, denom)
             if STABILIZE:
-                tl.store(m_comb_ptr + bh * T + t_q, m_comb)
+                tl.store(m_comb_ptr + bh * T + t_q, m_run)
     h_base = h_ptr + batch * stride_h_b + head * stride_h_h
-    tl.store(h_base + t_q[:, None] * stride_h_t + offs_v[None, :], h_out.to(h_ptr.dtype.element_ty))
+    tl.store(h_base + t_q[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty))
