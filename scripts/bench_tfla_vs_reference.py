@@ -49,10 +49,11 @@ def make_inputs(layout: str, batch, seq_len, heads, head_dim_qk, head_dim_v, dty
 TILINGS = {
     "default": dict(),
     "fp32states": dict(state_dtype="float32"),
-    "o256w8": dict(block_v=256, num_warps=8),
-    "stages1": dict(num_stages=1, state_num_stages=1),
-    "q128w8": dict(block_q=128, num_warps=8),
-    "kv32": dict(block_kv=32),
+    "state-w8": dict(state_num_warps=8),
+    "state-bl32": dict(block_state=32),
+    "state-bl128": dict(block_state=128),
+    "out-kv32": dict(out_block_kv=32),
+    "out-kv64": dict(out_block_kv=64),
     "fused-dkdv": dict(fused_dkdv=True),
 }
 
@@ -62,7 +63,7 @@ def ours(variant: str, chunk: int, tiling_name: str = "default"):
 
     options = dict(TILINGS[tiling_name])
     state_dtype = getattr(torch, options.pop("state_dtype", "bfloat16"))
-    tiling = Tiling(**{**Tiling.default(chunk, 128, 256).__dict__, **options})
+    tiling = Tiling(**{**Tiling.default(chunk, 128, 256, variant=variant).__dict__, **options})
 
     def run(q, k, v, i, f):
         return mlstm_xl_chunk(q, k, v, i, f, variant=variant, chunk_size=chunk, normalize=False, eps=1e-6,
@@ -77,7 +78,8 @@ def forward_breakdown(variant: str, chunk: int, tiling_name: str, inputs) -> dic
 
     options = dict(TILINGS[tiling_name])
     state_dtype = getattr(torch, options.pop("state_dtype", "bfloat16"))
-    tiling = xl_chunk.Tiling(**{**xl_chunk.Tiling.default(chunk, 128, 256).__dict__, **options})
+    default = xl_chunk.Tiling.default(chunk, 128, 256, variant=variant)
+    tiling = xl_chunk.Tiling(**{**default.__dict__, **options})
     q, k, v, i, f = inputs
     sig = variant == "sig"
     gates = xl_chunk._gate_cumsums(i, f, tiling, sig)

@@ -139,21 +139,12 @@ def chunk_dq_kernel(
     b_q, q_gate, m_comb, inv_denom = _row_gates(
         b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
 
-    c_base = c_ptr + (bh * NC + chunk) * DQK * DV
-    dh_first = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_dv[None, :])
-    c_first = tl.load(c_base + offs_k[:, None] * DV + offs_dv[None, :])
-    dq_inter = tl.dot(dh_first, tl.trans(c_first.to(dh_first.dtype)))
-    for dv in range(BV, DV, BV):
-        dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
-        c_tile = tl.load(c_base + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
-        dq_inter += tl.dot(dh_tile, tl.trans(c_tile.to(dh_tile.dtype)))
-    dq = dq_inter * (q_gate * inv_denom * qk_scale)[:, None]
-
+    dq = tl.zeros([BLQ, BK], dtype=tl.float32)
     num_kv_tiles = (pid_q + 1) * BLQ // BLKV
     for kv_tile in range(0, num_kv_tiles):
         t_kv = chunk * L + kv_tile * BLKV + offs_kv
-        dscores = tl.dot(dh_first, tl.trans(tl.load(v_base + t_kv[:, None] * stride_v_t + offs_dv[None, :])))
-        for dv in range(BV, DV, BV):
+        dscores = tl.zeros([BLQ, BLKV], dtype=tl.float32)
+        for dv in range(0, DV, BV):
             dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
             v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
             dscores += tl.dot(dh_tile, tl.trans(v_tile))
@@ -165,6 +156,14 @@ def chunk_dq_kernel(
         dscores = dscores * gate * (inv_denom * qk_scale)[:, None]
         k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :])
         dq += tl.dot(dscores.to(k_tile.dtype), k_tile)
+
+    dq_inter = tl.zeros([BLQ, BK], dtype=tl.float32)
+    c_slot = (bh * NC + chunk) * DQK * DV
+    for dv in range(0, DV, BV):
+        dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
+        c_tile = tl.load(c_ptr + c_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
+        dq_inter += tl.dot(dh_tile, tl.trans(c_tile.to(dh_tile.dtype)))
+    dq += dq_inter * (q_gate * inv_denom * qk_scale)[:, None]
 
     q_base = q_ptr + batch * stride_q_b + head * stride_q_h
     q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :]).to(tl.float32)
@@ -205,24 +204,14 @@ def chunk_dk_kernel(
     dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
     b_kv, ig_kv, k_gate = _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_kv, L, STABILIZE)
 
-    dc_base = dc_ptr + (bh * NC + chunk) * DQK * DV
-    v_first = tl.load(v_base + t_kv[:, None] * stride_v_t + offs_dv[None, :])
-    dc_first = tl.load(dc_base + offs_k[:, None] * DV + offs_dv[None, :])
-    dk_inter = tl.dot(v_first, tl.trans(dc_first.to(v_first.dtype)))
-    for dv in range(BV, DV, BV):
-        v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
-        dc_tile = tl.load(dc_base + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
-        dk_inter += tl.dot(v_tile, tl.trans(dc_tile.to(v_tile.dtype)))
-    dk = dk_inter * k_gate[:, None]
-
+    dk = tl.zeros([BLKV, BK], dtype=tl.float32)
     first_q_tile = pid_kv * BLKV // BLQ
     for q_tile_idx in range(first_q_tile, L // BLQ):
         t_q = chunk * L + q_tile_idx * BLQ + offs_lq
         b_q, _, m_comb, inv_denom = _row_gates(
             b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
-        dh_first = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_dv[None, :])
-        dscores_t = tl.dot(v_first, tl.trans(dh_first))
-        for dv in range(BV, DV, BV):
+        dscores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
+        for dv in range(0, DV, BV):
             v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
             dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
             dscores_t += tl.dot(v_tile, tl.trans(dh_tile))
@@ -232,6 +221,14 @@ def chunk_dk_kernel(
         dscores_t = dscores_t * gate_t * (inv_denom * qk_scale)[None, :]
         q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :])
         dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
+
+    dk_inter = tl.zeros([BLKV, BK], dtype=tl.float32)
+    dc_slot = (bh * NC + chunk) * DQK * DV
+    for dv in range(0, DV, BV):
+        v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
+        dc_tile = tl.load(dc_ptr + dc_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
+        dk_inter += tl.dot(v_tile, tl.trans(dc_tile.to(v_tile.dtype)))
+    dk += dk_inter * k_gate[:, None]
 
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :]).to(tl.float32)
@@ -272,23 +269,14 @@ def chunk_dv_kernel(
     dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
     b_kv, ig_kv, k_gate = _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_kv, L, STABILIZE)
 
-    dc_base = dc_ptr + (bh * NC + chunk) * DQK * DV
-    k_first = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_dk[None, :])
-    k_gated = (k_first.to(tl.float32) * k_gate[:, None]).to(k_first.dtype)
-    dv = tl.dot(k_gated, tl.load(dc_base + offs_dk[:, None] * DV + offs_v[None, :]).to(k_first.dtype))
-    for dk in range(BK, DQK, BK):
-        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
-        k_gated = (k_tile.to(tl.float32) * k_gate[:, None]).to(k_tile.dtype)
-        dc_tile = tl.load(dc_base + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
-        dv += tl.dot(k_gated, dc_tile.to(k_tile.dtype))
-
+    dv = tl.zeros([BLKV, BV], dtype=tl.float32)
     first_q_tile = pid_kv * BLKV // BLQ
     for q_tile_idx in range(first_q_tile, L // BLQ):
         t_q = chunk * L + q_tile_idx * BLQ + offs_lq
         b_q, _, m_comb, inv_denom = _row_gates(
             b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
-        scores_t = tl.dot(k_first, tl.trans(tl.load(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :])))
-        for dk in range(BK, DQK, BK):
+        scores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
+        for dk in range(0, DQK, BK):
             k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
             q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
             scores_t += tl.dot(k_tile, tl.trans(q_tile))
@@ -298,6 +286,13 @@ def chunk_dv_kernel(
         scores_t = scores_t * gate_t * (inv_denom * qk_scale)[None, :]
         dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
+
+    dc_slot = (bh * NC + chunk) * DQK * DV
+    for dk in range(0, DQK, BK):
+        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
+        k_gated = k_tile.to(tl.float32) * k_gate[:, None]
+        dc_tile = tl.load(dc_ptr + dc_slot + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
+        dv += tl.dot(k_gated.to(k_tile.dtype), dc_tile.to(k_tile.dtype))
 
     dv_base = dv_ptr + batch * stride_dv_b + head * stride_dv_h
     tl.store(dv_base + t_kv[:, None] * stride_dv_t + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty))

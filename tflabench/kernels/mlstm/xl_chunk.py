@@ -36,7 +36,9 @@ class Tiling:
     chunk: L. Recurrent (state) kernels: block_state (BL, the sub-chunk of the recurrence), state_block_qk
     and state_block_v (the state tile of one program), state_num_warps, state_num_stages. Parallel (output
     and gradient) kernels: block_q / block_kv (B_Lhq / B_Lkv, block_q >= block_kv, both divide L),
-    block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages. fused_dkdv: compute dK and dV in one
+    block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages; the forward output kernel has its own
+    out_block_kv and out_num_warps (its best key/value tile differs from the backward kernels').
+    fused_dkdv: compute dK and dV in one
     kernel over whole head dims (used when both head dims are powers of two with Dqk * Dv <= 128 * 256),
     with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages.
     """
@@ -51,6 +53,8 @@ class Tiling:
     block_v: int = 64
     num_warps: int = 4
     num_stages: int = 1
+    out_block_kv: int = 64
+    out_num_warps: int = 4
     state_num_warps: int = 4
     state_num_stages: int = 1
     fused_dkdv: bool = False
@@ -63,10 +67,13 @@ class Tiling:
         return self.fused_dkdv and powers_of_two and head_dim_qk * head_dim_v <= 128 * 256
 
     @classmethod
-    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, limit: bool = False) -> Tiling:
+    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, variant: str = "sig",
+                limit: bool = False) -> Tiling:
         """The fastest tiling measured on an H200 for Dqk 128 / Dv 256 (results/perf-log.md), generalized
-        to other head dims by taking the largest power-of-two blocks that divide them."""
+        to other head dims by taking the largest power-of-two blocks that divide them. mLSTMexp's output
+        kernel prefers smaller key/value tiles (its online max and rescaling add live registers)."""
         tile = chunk if limit else min(64, chunk)
+        out_tile = tile if limit or variant == "sig" else min(32, chunk)
         return cls(
             chunk=chunk,
             block_state=min(64, chunk),
@@ -77,21 +84,22 @@ class Tiling:
             block_qk=_largest_pow2_block(head_dim_qk, 128),
             block_v=_largest_pow2_block(head_dim_v, 128),
             num_stages=2,
+            out_block_kv=out_tile,
             fused_dkdv=False,
             dkdv_block_kv=tile,
         )
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         blocks = ("chunk", "block_state", "state_block_qk", "state_block_v", "block_q", "block_kv",
-                  "block_qk", "block_v", "dkdv_block_kv")
+                  "block_qk", "block_v", "dkdv_block_kv", "out_block_kv")
         for name in blocks:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
                 raise ValueError(f"tiling {name}={value} must be a power of two >= 16")
         if self.chunk % self.block_q or self.chunk % self.block_state or self.block_q % self.block_kv:
             raise ValueError(f"tiling {self}: block_q, block_state must divide the chunk, block_kv block_q")
-        if self.chunk % self.dkdv_block_kv:
-            raise ValueError(f"tiling {self}: dkdv_block_kv must divide the chunk")
+        if self.chunk % self.dkdv_block_kv or self.block_q % self.out_block_kv:
+            raise ValueError(f"tiling {self}: dkdv_block_kv must divide the chunk, out_block_kv block_q")
         for qk_block, v_block in ((self.block_qk, self.block_v), (self.state_block_qk, self.state_block_v)):
             if head_dim_qk % qk_block or head_dim_v % v_block:
                 raise ValueError(f"tiling {self}: head-dim blocks must divide the head dims")
@@ -176,9 +184,9 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
         q, k, v, log_f_cumsum, log_i, states, norms, maxes, h, denom, m_comb,
         *_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(h),
         T, H, NC, 1.0 / math.sqrt(DQK), eps,
-        DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.block_kv,
+        DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
         BK=tiling.block_qk, BV=tiling.block_v, STABILIZE=stabilize, NORMALIZE=normalize,
-        num_warps=tiling.num_warps, num_stages=tiling.num_stages,
+        num_warps=tiling.out_num_warps, num_stages=tiling.num_stages,
     )
     return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, state_dtype)
 
@@ -331,9 +339,10 @@ def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, norm
     """
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
-    tiling = tiling or Tiling.default(chunk_size, DQK, DV, limit=limit)
-    if tiling.chunk != chunk_size or tiling.dkdv_block_kv > chunk_size:
-        tiling = replace(tiling, chunk=chunk_size, dkdv_block_kv=min(tiling.dkdv_block_kv, chunk_size))
+    tiling = tiling or Tiling.default(chunk_size, DQK, DV, variant=variant, limit=limit)
+    if tiling.chunk != chunk_size or max(tiling.dkdv_block_kv, tiling.out_block_kv) > chunk_size:
+        tiling = replace(tiling, chunk=chunk_size, dkdv_block_kv=min(tiling.dkdv_block_kv, chunk_size),
+                         out_block_kv=min(tiling.out_block_kv, chunk_size))
     tiling.check(DQK, DV)
     config = _Config(
         tiling=tiling, sig=variant == "sig", normalize=variant == "exp" or bool(normalize), eps=eps,
