@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tflabench.kernels import mlstm
+from tflabench.kernels.mlstm import api
 from tflabench.kernels.mlstm.api import validate_inputs
 from tflabench.kernels.mlstm.reference import (
     mlstm_chunkwise,
@@ -404,8 +405,9 @@ def test_mlstm_returns_dtype_of_q_and_float32_states_for_low_precision():
 @pytest.mark.parametrize("algorithm", ["xl_chunk", "limit_chunk"])
 def test_mlstm_passes_every_option_to_the_chunked_kernels(monkeypatch, algorithm):
     calls = []
-    module = types.ModuleType(f"tflabench.kernels.mlstm.{algorithm}")
-    setattr(module, f"mlstm_{algorithm}", lambda *args, **kwargs: calls.append((args, kwargs)) or "h")
+    module_name, function_name = api.CHUNKED_ALGORITHMS[algorithm]
+    module = types.ModuleType(module_name)
+    setattr(module, function_name, lambda *args, **kwargs: calls.append((args, kwargs)) or "h")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     inputs = api_inputs()
     initial = (torch.zeros(1, 2, 16, 32), None, None)
@@ -428,7 +430,7 @@ def test_mlstm_passes_every_option_to_the_chunked_kernels(monkeypatch, algorithm
 
 
 def test_mlstm_missing_kernel_module_raises_not_implemented(monkeypatch):
-    monkeypatch.setitem(sys.modules, "tflabench.kernels.mlstm.limit_chunk", None)
+    monkeypatch.setitem(sys.modules, api.CHUNKED_ALGORITHMS["limit_chunk"][0], None)
     with pytest.raises(NotImplementedError, match="limit_chunk"):
         mlstm(**api_inputs(), algorithm="limit_chunk", chunk_size=16)
 

@@ -22,9 +22,9 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
+    from tflabench import demo
     from tflabench.analysis import commands as analysis_commands
     from tflabench.analysis import plot_commands
-    from tflabench import demo
     from tflabench.bench import commands as bench_commands
     from tflabench.bench import peer_commands
 

@@ -40,7 +40,10 @@ COLUMN_KEYS = ("seq_len", "batch")
 
 
 def write_report(path: str | Path, baseline: str | None = None) -> Path:
-    """Render the plots of the run at ``path`` and write ``<run dir>/report.md``; return its path."""
+    """Render the plots of the run at ``path`` and write ``<run dir>/report.md``; return its path.
+
+    baseline: kernel for the speed-up tables (default: see `choose_baseline`).
+    """
     run = load_run(path)
     baseline = choose_baseline(run, baseline)
     rendered = render(run, PLOT_KINDS, run.directory / PLOTS_DIR)
@@ -49,12 +52,11 @@ def write_report(path: str | Path, baseline: str | None = None) -> Path:
     return report_path
 
 
-def choose_baseline(run: Run, requested: str | None) -> str:
+def choose_baseline(run: Run, requested: str | None) -> str | None:
     """The requested kernel if it was measured; by default the most-measured softmax-attention kernel
-    (else the most-measured kernel). InputError if the requested kernel has no measured row."""
+    (else the most-measured kernel), None if nothing was measured. InputError if the requested kernel
+    is not in the run or has no measured row."""
     measured = run.measured
-    if measured.empty:
-        raise InputError(f"{run.name}: no row was measured (status ok), there is nothing to compare")
     if requested is not None:
         if requested not in set(run.table["kernel"]):
             known = ", ".join(sorted(set(run.table["kernel"])))
@@ -65,20 +67,22 @@ def choose_baseline(run: Run, requested: str | None) -> str:
                 f"baseline {requested!r} has no measured row in run {run.name} (status: {statuses})"
             )
         return requested
+    if measured.empty:
+        return None
     attention = measured[measured["family"] == "softmax_attention"]
     candidates = attention if not attention.empty else measured
     counts = candidates["kernel"].value_counts()
     return sorted(counts[counts == counts.max()].index)[0]
 
 
-def report_markdown(run: Run, baseline: str, rendered: Rendered) -> str:
-    """The report text; plot links are relative to the run directory."""
+def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
+    """The report text (baseline None: nothing was measured); plot links are relative to the run directory."""
     sections = [
         f"# tflabench report: {run.name}",
         summary_line(run),
         "## Provenance",
         provenance_markdown(run.meta),
-        f"## Runtime and speed-up against `{baseline}`",
+        f"## Runtime and speed-up against `{baseline}`" if baseline else "## Runtime and speed-up",
         speedup_markdown(run, baseline),
         "## Chunk size: measured and theoretical optimum",
         chunk_optimum_markdown(run),
@@ -147,8 +151,10 @@ def _column_label(seq_len: float, batch: float) -> str:
     return f"T={count_label(seq_len)} B={int(batch)}"
 
 
-def speedup_markdown(run: Run, baseline: str) -> str:
+def speedup_markdown(run: Run, baseline: str | None) -> str:
     """Per mode: median ms and speed-up (baseline time / kernel time, > 1 is faster) per (T, batch)."""
+    if baseline is None:
+        return "No row of this run was measured (status ok): there are no runtimes to compare."
     parts = [
         f"Cells: median runtime in ms and, in parentheses, the speed-up over `{baseline}` at the same "
         "sequence length and batch (its fastest configuration there; > 1× is faster). **Bold**: fastest in "

@@ -12,8 +12,9 @@ inside functions; they call `register(spec)` at import time of the adapter modul
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: Families select the FLOP/byte model in `tflabench.analysis.models` and the float64 reference.
 FAMILIES = (
@@ -87,7 +88,8 @@ class KernelSpec:
             gradients have requires_grad set when point.mode == "fwdbw".
         run: (inputs) -> output tensor (or tuple whose first element is the output); the harness calls
             backward on it for mode fwdbw.
-        reference_check: (device, dtype) -> CheckResult at a small size against the family's float64 reference.
+        reference_check: (device, dtype) -> CheckResult at a small size against the family's float64
+            reference.
         params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
         modes: the modes this kernel supports; a mode outside it is skipped with ``mode_reasons[mode]``.
     """
@@ -107,7 +109,8 @@ class KernelSpec:
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
-            raise ValueError(f"kernel {self.name}: unknown family {self.family!r} (known: {', '.join(FAMILIES)})")
+            known = ", ".join(FAMILIES)
+            raise ValueError(f"kernel {self.name}: unknown family {self.family!r} (known: {known})")
 
 
 _REGISTRY: dict[str, KernelSpec] = {}

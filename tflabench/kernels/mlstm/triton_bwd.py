@@ -152,7 +152,7 @@ def chunk_dq_kernel(
         ig_kv = tl.load(ig_ptr + bh * T + t_kv)
         gate_log = b_q[:, None] - b_kv[None, :] + ig_kv[None, :] - m_comb[:, None]
         causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
-        gate = tl.where(causal, tl.exp(gate_log), 0.0)
+        gate = tl.exp(tl.where(causal, gate_log, float("-inf")))
         dscores = dscores * gate * (inv_denom * qk_scale)[:, None]
         k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :])
         dq += tl.dot(dscores.to(k_tile.dtype), k_tile)
@@ -217,7 +217,7 @@ def chunk_dk_kernel(
             dscores_t += tl.dot(v_tile, tl.trans(dh_tile))
         gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
         causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
-        gate_t = tl.where(causal_t, tl.exp(gate_log_t), 0.0)
+        gate_t = tl.exp(tl.where(causal_t, gate_log_t, float("-inf")))
         dscores_t = dscores_t * gate_t * (inv_denom * qk_scale)[None, :]
         q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :])
         dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
@@ -282,7 +282,7 @@ def chunk_dv_kernel(
             scores_t += tl.dot(k_tile, tl.trans(q_tile))
         gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
         causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
-        gate_t = tl.where(causal_t, tl.exp(gate_log_t), 0.0)
+        gate_t = tl.exp(tl.where(causal_t, gate_log_t, float("-inf")))
         scores_t = scores_t * gate_t * (inv_denom * qk_scale)[None, :]
         dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
@@ -351,7 +351,7 @@ def chunk_dkdv_kernel(
         dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
         gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
         causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
-        gate_t = tl.where(causal_t, tl.exp(gate_log_t), 0.0) * (inv_denom * qk_scale)[None, :]
+        gate_t = tl.exp(tl.where(causal_t, gate_log_t, float("-inf"))) * (inv_denom * qk_scale)[None, :]
         scores_t = tl.dot(k_tile, tl.trans(q_tile)) * gate_t
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
         dscores_t = tl.dot(v_tile, tl.trans(dh_tile)) * gate_t

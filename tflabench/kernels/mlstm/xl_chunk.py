@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_bwd, triton_fwd
 
 LIMIT_CHUNK_MAX = 128
@@ -76,7 +77,7 @@ class Tiling:
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
         return cls(
             chunk=chunk,
-            block_state=min(64, chunk),
+            block_state=min(128, chunk),
             state_block_qk=_largest_pow2_block(head_dim_qk, 64),
             state_block_v=_largest_pow2_block(head_dim_v, 128),
             block_q=tile,
@@ -95,19 +96,27 @@ class Tiling:
         for name in blocks:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
-                raise ValueError(f"tiling {name}={value} must be a power of two >= 16")
+                raise InputError(f"tiling {name}={value} must be a power of two >= 16")
         if self.chunk % self.block_q or self.chunk % self.block_state or self.block_q % self.block_kv:
-            raise ValueError(f"tiling {self}: block_q, block_state must divide the chunk, block_kv block_q")
+            raise InputError(f"tiling: block_q ({self.block_q}) and block_state ({self.block_state}) must "
+                             f"divide the chunk ({self.chunk}), block_kv ({self.block_kv}) block_q")
         if self.chunk % self.dkdv_block_kv or self.block_q % self.out_block_kv:
-            raise ValueError(f"tiling {self}: dkdv_block_kv must divide the chunk, out_block_kv block_q")
+            raise InputError(f"tiling: dkdv_block_kv ({self.dkdv_block_kv}) must divide the chunk "
+                             f"({self.chunk}), out_block_kv ({self.out_block_kv}) must divide block_q")
         for qk_block, v_block in ((self.block_qk, self.block_v), (self.state_block_qk, self.state_block_v)):
             if head_dim_qk % qk_block or head_dim_v % v_block:
-                raise ValueError(f"tiling {self}: head-dim blocks must divide the head dims")
+                raise InputError(f"tiling: head-dim blocks {qk_block}/{v_block} must divide the head dims "
+                                 f"{head_dim_qk}/{head_dim_v}")
 
 
 def _token_strides(x: torch.Tensor) -> tuple[int, int, int]:
     """(batch, time, head) strides of a [B, T, H, ...] tensor; the last dim must be contiguous."""
     return x.stride(0), x.stride(1), x.stride(2)
+
+
+def _empty_with_strides_of(x: torch.Tensor) -> torch.Tensor:
+    """Uninitialized tensor with x's shape and strides (the gradient kernels store with x's strides)."""
+    return torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
 
 
 def _contiguous_last(x: torch.Tensor) -> torch.Tensor:
@@ -213,7 +222,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
 
     states = fwd.states if fwd.states is not None else recompute_states()
     num_qk_blocks = DQK // tiling.block_qk
-    dq = torch.empty_like(q)
+    dq = _empty_with_strides_of(q)
     q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
     triton_bwd.chunk_dq_kernel[(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)](
         q, k, v, dh, *gates, states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale,
@@ -231,8 +240,8 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
         BL=tiling.block_state, BK=tiling.state_block_qk, BV=tiling.state_block_v, HAS_DC_LAST=has_dc_last,
         **dims, **flags, num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
     )
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
+    dk = _empty_with_strides_of(k)
+    dv = _empty_with_strides_of(v)
     if tiling.uses_fused_dkdv(DQK, DV):
         k_dk = torch.empty(1, *bh_shape, device=q.device, dtype=torch.float32)
         triton_bwd.chunk_dkdv_kernel[(tiling.chunk // tiling.dkdv_block_kv, NC * B * H)](
@@ -340,9 +349,10 @@ def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, norm
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
     tiling = tiling or Tiling.default(chunk_size, DQK, DV, variant=variant, limit=limit)
-    if tiling.chunk != chunk_size or max(tiling.dkdv_block_kv, tiling.out_block_kv) > chunk_size:
+    clamp = tiling.dkdv_block_kv > chunk_size or tiling.out_block_kv > tiling.block_q
+    if tiling.chunk != chunk_size or clamp:
         tiling = replace(tiling, chunk=chunk_size, dkdv_block_kv=min(tiling.dkdv_block_kv, chunk_size),
-                         out_block_kv=min(tiling.out_block_kv, chunk_size))
+                         out_block_kv=min(tiling.out_block_kv, tiling.block_q))
     tiling.check(DQK, DV)
     config = _Config(
         tiling=tiling, sig=variant == "sig", normalize=variant == "exp" or bool(normalize), eps=eps,
@@ -377,7 +387,7 @@ def mlstm_limit_chunk(q, k, v, i, f, *, variant, chunk_size, normalize, eps, ini
                       return_final_state=False, recompute_states_in_bw=True):
     """Single-level chunkwise kernel: one chunk is one SRAM tile, so chunk_size <= 128."""
     if chunk_size > LIMIT_CHUNK_MAX:
-        raise ValueError(f"limit_chunk supports chunk_size <= {LIMIT_CHUNK_MAX}, got {chunk_size}")
+        raise InputError(f"limit_chunk supports chunk_size <= {LIMIT_CHUNK_MAX}, got {chunk_size}")
     return mlstm_chunkwise_triton(
         q, k, v, i, f, variant=variant, chunk_size=chunk_size, normalize=normalize, eps=eps,
         initial_state=initial_state, return_final_state=return_final_state,

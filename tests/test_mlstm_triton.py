@@ -1,0 +1,478 @@
+"""The TFLA Triton kernels (algorithms "xl_chunk" and "limit_chunk") against the float64 references, on CPU.
+
+The kernels run under the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1 when there is no
+CUDA) in float32 on tiny shapes, through the public `tflabench.kernels.mlstm` (and `mlstm_xl_chunk` for the
+options the public entry point does not expose: a `Tiling`, ``recompute_states_in_bw``). The oracle is
+`mlstm_recurrent` in float64 with the kernels' gradient convention (``detach_normalizer=True``: no gradient
+through the max states and the denominator, spec §5.1). Every test draws fresh inputs from its own seeded
+generator; the loss is sum(h * dh) + sum(C_T * dC) with random cotangents, so every gradient (dq, dk, dv,
+di, df and dC0, the gradient of the initial C) includes the path through the final state.
+
+Error measure: the relative Frobenius error ||x - x_ref|| / ||x_ref|| of each tensor (h, the final state
+C, n, m, and the gradients; the absolute error where x_ref = 0). Measured in float32 over all tests: h
+1.0e-5, dq 1.1e-5, dk 1.0e-5, dv 9.8e-6, di 6.6e-6, df 1.9e-5 (a reverse cumulative sum of differences;
+worst with forget gates near 0), C, n, m and dC0 below 1e-6. TOLERANCE is 1e-4 for everything (5x above
+the worst); test_a_perturbed_reference_is_detected shows that the comparisons can fail.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from functools import partial
+
+import pytest
+import torch
+from torch import Tensor
+
+from tflabench.kernels import mlstm
+from tflabench.kernels.mlstm.reference import mlstm_parallel, mlstm_recurrent, parallel_form_initial_state
+from tflabench.kernels.mlstm.xl_chunk import Tiling, mlstm_xl_chunk
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="CPU tensors need the Triton interpreter (TRITON_INTERPRET=1; conftest.py sets it without CUDA); "
+    "the GPU checks are in test_mlstm_triton_gpu.py",
+)
+
+TOLERANCE = 1e-4
+EPS = 1e-6
+F32, F64 = torch.float32, torch.float64
+
+CELLS = [
+    pytest.param("exp", None, id="exp"),
+    pytest.param("sig", False, id="sig"),
+    pytest.param("sig", True, id="sig-normalized"),
+]
+ALGORITHMS = ["xl_chunk", "limit_chunk"]
+
+# (mean, std) of the gate pre-activations (i, f): log-space extremes of the input gate and both ends of
+# the forget gate (sigmoid(-5) = 0.007, sigmoid(8) = 0.9997).
+GATES = {
+    "moderate": ((0.0, 2.0), (2.0, 2.0)),
+    "input-gate-near-minus-10": ((-10.0, 1.0), (2.0, 2.0)),
+    "forget-gate-near-0": ((0.0, 2.0), (-5.0, 1.0)),
+    "forget-gate-near-1": ((0.0, 2.0), (8.0, 1.0)),
+}
+EXTREME_GATES = [name for name in GATES if name != "moderate"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int = 1
+    seq_len: int = 64
+    heads: int = 2
+    head_dim_qk: int = 16
+    head_dim_v: int = 32
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Inputs q, k [B, T, H, Dqk], v [B, T, H, Dv], i, f [B, T, H] (float32); an optional initial state
+    (C [B, H, Dqk, Dv], n [B, H, Dqk], m [B, H]); the cotangents dh [B, T, H, Dv] of h and dc [B, H, Dqk, Dv]
+    of the final C."""
+
+    inputs: dict[str, Tensor]
+    initial_state: tuple[Tensor, Tensor, Tensor] | None
+    dh: Tensor
+    dc: Tensor
+
+
+@dataclass(frozen=True)
+class Result:
+    """h [B, T, H, Dv], the final state (C, n, m) or None, and the gradients dq, dk, dv, di, df (and dC0)."""
+
+    h: Tensor
+    final_state: tuple[Tensor, Tensor, Tensor] | None
+    grads: dict[str, Tensor]
+
+
+def make_problem(seed: int, shape: Shape = Shape(), gates: str = "moderate", initial_state: bool = False):
+    """A `Problem` drawn from a generator seeded with ``seed``; gates as in GATES[gates]."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*dims, mean=0.0, std=1.0):
+        return mean + std * torch.randn(*dims, generator=gen)
+
+    B, T, H, DQK, DV = shape.batch, shape.seq_len, shape.heads, shape.head_dim_qk, shape.head_dim_v
+    (i_mean, i_std), (f_mean, f_std) = GATES[gates]
+    inputs = dict(
+        q=randn(B, T, H, DQK),
+        k=randn(B, T, H, DQK),
+        v=randn(B, T, H, DV),
+        i=randn(B, T, H, mean=i_mean, std=i_std),
+        f=randn(B, T, H, mean=f_mean, std=f_std),
+    )
+    state = (randn(B, H, DQK, DV), randn(B, H, DQK), randn(B, H)) if initial_state else None
+    return Problem(inputs, state, dh=randn(B, T, H, DV), dc=randn(B, H, DQK, DV))
+
+
+def identity(x: Tensor) -> Tensor:
+    return x
+
+
+def run(function, problem: Problem, dtype: torch.dtype, loss_on=("h", "C"), layout=identity) -> Result:
+    """Run ``function(q, k, v, i, f, initial_state=, return_final_state=)`` on copies of the problem in
+    ``dtype`` and backpropagate the sum of sum(h * dh) and sum(C_T * dc) over ``loss_on``.
+
+    layout maps each input leaf to the (differentiable) view passed to ``function``. Gradients that
+    autograd leaves at None (an input the loss does not depend on) are zeros.
+    """
+    leaves = {name: x.to(dtype, copy=True).requires_grad_() for name, x in problem.inputs.items()}
+    initial = None
+    if problem.initial_state is not None:
+        c0, n0, m0 = (x.to(dtype, copy=True) for x in problem.initial_state)
+        leaves["C0"] = c0.requires_grad_()
+        initial = (c0, n0, m0)
+    with_state = "C" in loss_on
+    inputs = {name: layout(leaves[name]) for name in "qkvif"}
+    output = function(**inputs, initial_state=initial, return_final_state=with_state)
+    h, final_state = output if with_state else (output, None)
+    loss = torch.zeros((), dtype=dtype)
+    if "h" in loss_on:
+        loss = loss + (h * problem.dh.to(dtype)).sum()
+    if "C" in loss_on:
+        loss = loss + (final_state[0] * problem.dc.to(dtype)).sum()
+    loss.backward()
+    grads = {f"d{name}": x.grad if x.grad is not None else torch.zeros_like(x) for name, x in leaves.items()}
+    if final_state is not None:
+        final_state = tuple(part.detach() for part in final_state)
+    return Result(h.detach(), final_state, grads)
+
+
+def run_kernel(
+    problem: Problem, *, variant, normalize, eps=EPS, loss_on=("h", "C"), layout=identity, **options
+):
+    """The public `mlstm` in float32; options: algorithm, chunk_size."""
+    function = partial(mlstm, variant=variant, normalize=normalize, eps=eps, **options)
+    return run(function, problem, F32, loss_on, layout)
+
+
+def run_reference(
+    problem: Problem, *, variant, normalize, eps=EPS, loss_on=("h", "C"), detach_normalizer=True
+):
+    function = partial(
+        mlstm_recurrent, variant=variant, normalize=normalize, eps=eps, detach_normalizer=detach_normalizer
+    )
+    return run(function, problem, F64, loss_on)
+
+
+def relative_error(actual: Tensor, expected: Tensor) -> float:
+    """||actual - expected|| / ||expected|| (Frobenius, float64); the absolute error where expected is 0.
+    NaN if anything is not finite."""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    difference = (actual.double() - expected.double()).norm()
+    scale = expected.double().norm()
+    return (difference / scale).item() if scale > 0 else difference.item()
+
+
+def relative_errors(actual: Result, expected: Result) -> dict[str, float]:
+    """Relative error of h, the final state's C, n, m and every gradient of ``expected``."""
+    pairs = {"h": (actual.h, expected.h)}
+    if expected.final_state is not None:
+        pairs.update(zip("Cnm", zip(actual.final_state, expected.final_state, strict=True), strict=True))
+    pairs.update((name, (actual.grads[name], grad)) for name, grad in expected.grads.items())
+    return {name: relative_error(*pair) for name, pair in pairs.items()}
+
+
+def assert_close(actual: Result, expected: Result, tolerance: float = TOLERANCE) -> None:
+    assert actual.h.dtype == F32
+    if actual.final_state is not None:
+        assert all(part.dtype == F32 for part in actual.final_state)
+    errors = relative_errors(actual, expected)
+    failed = {name: error for name, error in errors.items() if not error <= tolerance}
+    summary = ", ".join(f"{name} {error:.1e}" for name, error in errors.items())
+    assert not failed, f"relative error above {tolerance:.0e} in {sorted(failed)}; all: {summary}"
+
+
+# --- forward, final state and every gradient against the float64 recurrence ---------------------------------
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("chunk_size", [16, 32, 64])
+def test_matches_reference_for_each_chunk_size(variant, normalize, algorithm, chunk_size):
+    """T = 64, so chunk_size 64 is a single chunk (L = T)."""
+    problem = make_problem(seed=chunk_size)
+    cell = dict(variant=variant, normalize=normalize)
+    kernel = run_kernel(problem, **cell, algorithm=algorithm, chunk_size=chunk_size)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("gates", EXTREME_GATES)
+def test_matches_reference_for_extreme_gates(variant, normalize, algorithm, gates):
+    problem = make_problem(seed=1, gates=gates)
+    cell = dict(variant=variant, normalize=normalize)
+    kernel = run_kernel(problem, **cell, algorithm=algorithm, chunk_size=16)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("gates", ["moderate", "input-gate-near-minus-10"])
+def test_matches_reference_from_an_initial_state(variant, normalize, algorithm, gates):
+    """Random (C_0, n_0, m_0), B = 2; with the input gate near -10 the initial state dominates h."""
+    problem = make_problem(seed=2, shape=Shape(batch=2), gates=gates, initial_state=True)
+    cell = dict(variant=variant, normalize=normalize)
+    kernel = run_kernel(problem, **cell, algorithm=algorithm, chunk_size=32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("loss_on", [("h",), ("C",)], ids=["h-only-no-final-state", "final-state-only"])
+def test_gradients_of_h_alone_and_of_the_final_state_alone(variant, normalize, loss_on):
+    """("h",): return_final_state=False; ("C",): h is unused, so its cotangent is None in the backward."""
+    problem = make_problem(seed=3, initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, loss_on=loss_on)
+    kernel = run_kernel(problem, **cell, algorithm="xl_chunk", chunk_size=32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("head_dim_qk, head_dim_v", [(32, 16), (48, 32)])
+def test_matches_reference_for_other_head_dims(variant, normalize, head_dim_qk, head_dim_v):
+    """Dqk > Dv, and a head dim that is not a power of two (48: 16-wide blocks, split dK/dV kernels)."""
+    problem = make_problem(seed=4, shape=Shape(head_dim_qk=head_dim_qk, head_dim_v=head_dim_v))
+    cell = dict(variant=variant, normalize=normalize)
+    kernel = run_kernel(problem, **cell, algorithm="xl_chunk", chunk_size=32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", [("exp", None), ("sig", True)], ids=["exp", "sig-normalized"])
+def test_matches_reference_with_a_large_eps(variant, normalize):
+    """eps = 0.5 makes the placement of eps (after the max, §2.1) visible in h; at 1e-6 it is not."""
+    problem = make_problem(seed=5)
+    cell = dict(variant=variant, normalize=normalize, eps=0.5)
+    kernel = run_kernel(problem, **cell, algorithm="xl_chunk", chunk_size=16)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", [("exp", None), ("sig", True)], ids=["exp", "sig-normalized"])
+def test_matches_the_parallel_form_from_its_initial_state(variant, normalize):
+    """A second oracle, `mlstm_parallel`, which equals the chunkwise form from C_0 = n_0 = 0, m_0 = -inf
+    (an edge case for the kernels' max-state arithmetic). dC0 is not compared: the parallel form has none."""
+    problem = make_problem(seed=13)
+    batch, _, heads, head_dim_qk = problem.inputs["q"].shape
+    initial = parallel_form_initial_state(batch, heads, head_dim_qk, problem.inputs["v"].shape[-1], dtype=F32)
+    problem = replace(problem, initial_state=initial)
+    cell = dict(variant=variant, normalize=normalize)
+    kernel = run_kernel(problem, **cell, loss_on=("h",), algorithm="xl_chunk", chunk_size=16)
+
+    def parallel_form(q, k, v, i, f, *, initial_state, return_final_state):
+        return mlstm_parallel(q, k, v, i, f, **cell, eps=EPS, detach_normalizer=True)
+
+    reference = run(parallel_form, problem, F64, loss_on=("h",))
+    reference = replace(reference, grads={name: g for name, g in reference.grads.items() if name != "dC0"})
+    assert_close(kernel, reference)
+
+
+# --- kernel options: tilings, recomputed states ------------------------------------------------------------
+
+TILINGS = [
+    pytest.param(
+        Tiling(
+            32,
+            block_state=16,
+            state_block_qk=16,
+            state_block_v=32,
+            block_q=32,
+            block_kv=16,
+            block_qk=16,
+            block_v=32,
+            out_block_kv=16,
+            fused_dkdv=False,
+        ),
+        id="L32-q32-kv16-out16-split-dkdv",
+    ),
+    pytest.param(
+        Tiling(
+            64,
+            block_state=32,
+            state_block_qk=16,
+            state_block_v=32,
+            block_q=32,
+            block_kv=16,
+            block_qk=16,
+            block_v=32,
+            out_block_kv=32,
+            fused_dkdv=True,
+            dkdv_block_kv=32,
+        ),
+        id="L64-q32-kv16-out32-fused-dkdv",
+    ),
+]
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("tiling", TILINGS)
+def test_matches_reference_with_a_non_default_tiling(variant, normalize, tiling):
+    """block_q != block_kv (and the forward's out_block_kv), every block smaller than the chunk or head dim
+    it tiles (Dqk 32, Dv 64)."""
+    problem = make_problem(seed=6, shape=Shape(head_dim_qk=32, head_dim_v=64), initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=tiling.chunk, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+def test_recomputing_the_states_in_the_backward_gives_identical_gradients(variant, normalize):
+    problem = make_problem(seed=7, initial_state=True)
+    options = dict(variant=variant, normalize=normalize, eps=EPS, chunk_size=16)
+    stored, recomputed = (
+        run(partial(mlstm_xl_chunk, **options, recompute_states_in_bw=recompute), problem, F32)
+        for recompute in (False, True)
+    )
+    assert torch.equal(stored.h, recomputed.h)
+    for name, grad in stored.grads.items():
+        assert torch.equal(grad, recomputed.grads[name]), name
+    assert_close(recomputed, run_reference(problem, variant=variant, normalize=normalize))
+
+
+# --- state passing and memory layouts ----------------------------------------------------------------------
+
+
+def in_two_halves(mlstm_function):
+    """``mlstm_function`` run on the two halves of the sequence, the second from the first's final state."""
+
+    def run_in_two_halves(q, k, v, i, f, *, initial_state, return_final_state):
+        half = q.shape[1] // 2
+        inputs = dict(q=q, k=k, v=v, i=i, f=f)
+        first, second = (
+            {name: x[:, part] for name, x in inputs.items()}
+            for part in (slice(None, half), slice(half, None))
+        )
+        h_first, state = mlstm_function(**first, initial_state=initial_state, return_final_state=True)
+        h_second, final_state = mlstm_function(**second, initial_state=state, return_final_state=True)
+        h = torch.cat([h_first, h_second], dim=1)
+        return (h, final_state) if return_final_state else h
+
+    return run_in_two_halves
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_two_halves_with_the_carried_state_equal_one_full_run(variant, normalize, algorithm):
+    """T = 128 as 2 x 64 with L = 32; the gradient reaches the first half through the carried C."""
+    problem = make_problem(seed=8, shape=Shape(seq_len=128), initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    halves = in_two_halves(partial(mlstm, **cell, algorithm=algorithm, chunk_size=32))
+    assert_close(run(halves, problem, F32), run_reference(problem, **cell))
+
+
+def heads_first(x: Tensor) -> Tensor:
+    """The values of x [B, T, H, ...] stored as [B, H, T, ...]: dense, but not contiguous."""
+    return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def strided_last_dim(x: Tensor) -> Tensor:
+    """The values of x with stride 2 in the last dim."""
+    return x.repeat_interleave(2, dim=-1)[..., ::2]
+
+
+def slice_of_wider_last_dim(x: Tensor) -> Tensor:
+    """x as the first half of the last dim of a twice as wide tensor (q of a fused qk projection);
+    gates [B, T, H] as a slice of [B, T, 2H]."""
+    return torch.cat([x, -x], dim=-1)[..., : x.shape[-1]]
+
+
+def slice_of_longer_sequence(x: Tensor) -> Tensor:
+    """x [B, T, ...] as the first T steps of a tensor with 2T steps (B = 2: not dense)."""
+    return torch.cat([x, -x], dim=1)[:, : x.shape[1]]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param(heads_first, id="heads-first"),
+        pytest.param(strided_last_dim, id="strided-last-dim"),
+        pytest.param(slice_of_wider_last_dim, id="slice-of-wider-last-dim"),
+        pytest.param(slice_of_longer_sequence, id="slice-of-longer-sequence"),
+    ],
+)
+def test_non_contiguous_inputs(layout):
+    problem = make_problem(seed=9, shape=Shape(batch=2))
+    assert not layout(problem.inputs["q"]).is_contiguous()
+    cell = dict(variant="exp", normalize=None)
+    kernel = run_kernel(problem, **cell, algorithm="xl_chunk", chunk_size=32, layout=layout)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+# --- the comparison can fail -------------------------------------------------------------------------------
+
+
+def drop_gate(problem: Problem, options: dict, *, gate: str, token: int):
+    """The gate of one token dropped: its pre-activation set to 50, so that sigmoid(50) = 1."""
+    gates = problem.inputs[gate].clone()
+    gates[:, token] = 50.0
+    return replace(problem, inputs={**problem.inputs, gate: gates}), options
+
+
+def eps_inside_the_max(problem: Problem, options: dict):
+    """sig-normalized with max(|n^T q|, 1 + eps) instead of max(|n^T q|, 1) + eps: h is linear in q, so
+    this is the reference with q / (1 + eps) and eps = 0."""
+    q = problem.inputs["q"] / (1 + options["eps"])
+    return replace(problem, inputs={**problem.inputs, "q": q}), {**options, "eps": 0.0}
+
+
+def gradient_through_the_normalizer(problem: Problem, options: dict):
+    return problem, {**options, "detach_normalizer": False}
+
+
+@pytest.mark.parametrize(
+    "variant, normalize, eps, perturb",
+    [
+        pytest.param("exp", None, EPS, partial(drop_gate, gate="f", token=32), id="forget-gate-of-token-32"),
+        pytest.param("sig", False, EPS, partial(drop_gate, gate="i", token=31), id="input-gate-of-token-31"),
+        pytest.param("sig", True, 0.5, eps_inside_the_max, id="eps-inside-the-max"),
+        pytest.param("exp", None, EPS, gradient_through_the_normalizer, id="gradient-through-normalizer"),
+    ],
+)
+def test_a_perturbed_reference_is_detected(variant, normalize, eps, perturb):
+    """The kernel matches the reference but not a reference with one plausible bug (at a chunk border)."""
+    problem = make_problem(seed=10)
+    options = dict(variant=variant, normalize=normalize, eps=eps)
+    kernel = run_kernel(problem, **options, algorithm="xl_chunk", chunk_size=32)
+    assert_close(kernel, run_reference(problem, **options))
+    perturbed_problem, perturbed_options = perturb(problem, options)
+    errors = relative_errors(kernel, run_reference(perturbed_problem, **perturbed_options))
+    assert max(errors.values()) > 10 * TOLERANCE, errors
+
+
+# --- input validation --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algorithm, seq_len, chunk_size, message",
+    [
+        ("xl_chunk", 96, 64, "T=96 is not divisible by chunk_size=64"),
+        ("limit_chunk", 96, 64, "T=96 is not divisible by chunk_size=64"),
+        ("xl_chunk", 96, 48, "chunk_size must be a power of two"),
+        ("xl_chunk", 64, 8, "chunk_size must be a power of two >= 16"),
+        ("limit_chunk", 256, 256, "limit_chunk supports chunk_size <= 128"),
+    ],
+)
+def test_rejects_chunk_sizes_the_kernels_cannot_run(algorithm, seq_len, chunk_size, message):
+    inputs = make_problem(seed=11, shape=Shape(seq_len=seq_len)).inputs
+    with pytest.raises(ValueError, match=message):
+        mlstm(**inputs, variant="sig", algorithm=algorithm, chunk_size=chunk_size)
+
+
+VALID_TILING = Tiling.default(32, head_dim_qk=16, head_dim_v=32)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(block_v=24), "block_v=24 must be a power of two"),
+        (dict(block_q=16, block_kv=32), "block_kv"),
+        (dict(block_q=64), "must divide the chunk"),
+        (dict(block_qk=32), "head-dim blocks 32/32 must divide the head dims 16/32"),
+    ],
+)
+def test_rejects_invalid_tilings(change, message):
+    inputs = make_problem(seed=12).inputs  # L 32, Dqk 16, Dv 32
+    tiling = replace(VALID_TILING, **change)
+    with pytest.raises(ValueError, match=message):
+        mlstm_xl_chunk(**inputs, variant="sig", chunk_size=32, normalize=False, eps=EPS, tiling=tiling)

@@ -1,0 +1,158 @@
+"""`tflabench report`: the Markdown report of the fixture run tests/fixtures/h200_small (test_plots.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tflabench.analysis import hardware, optimal_chunk, plots, report
+from tflabench.cli import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "h200_small"
+SECTIONS = (
+    "# tflabench report: h200-small",
+    "## Provenance",
+    "## Runtime and speed-up against `torch.sdpa_cudnn`",
+    "### fwd",
+    "### fwdbw",
+    "## Chunk size: measured and theoretical optimum",
+    "## Plots",
+    "## Not measured: failures, unavailable and skipped points",
+)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> tuple[Path, str]:
+    """The fixture run copied to a temporary directory, and the report `tflabench report` wrote there."""
+    run_dir = tmp_path_factory.mktemp("report") / "h200_small"
+    shutil.copytree(FIXTURE, run_dir)
+    main(["report", str(run_dir)])
+    return run_dir, (run_dir / "report.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return plots.load_run(FIXTURE).table
+
+
+def _row(text: str, section: str, label: str) -> list[str]:
+    """Cells of the table row starting with label inside the section that starts with heading section."""
+    body = text.split(section, 1)[1]
+    line = next(line for line in body.splitlines() if line.startswith(f"| {label} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def _time(table: pd.DataFrame, kernel: str, mode: str, seq_len: int, heads: int | None = None) -> float:
+    rows = table[(table["kernel"] == kernel) & (table["mode"] == mode) & (table["seq_len"] == seq_len)]
+    if heads is not None:
+        rows = rows[rows["heads"] == heads]
+    return rows["time_ms"].min()
+
+
+def test_report_has_every_section_in_order(written):
+    _, text = written
+    positions = [text.index(section) for section in SECTIONS]
+    assert positions == sorted(positions)
+
+
+def test_provenance_block_comes_from_meta_json(written):
+    _, text = written
+    meta = json.loads((FIXTURE / "meta.json").read_text())
+    assert f"$ {' '.join(meta['command'])}" in text
+    assert f"| `git.commit` | {meta['git']['commit']} |" in text
+    assert f"| `versions.torch` | {meta['versions']['torch']} |" in text
+    assert "| `versions.peers.mlstm-kernels` | 2.0.6 |" in text
+    assert "| `ceilings.bfloat16.measured.flops` | 8.01e+14 |" in text
+
+
+def test_speedups_are_baseline_time_over_kernel_time(written, table):
+    _, text = written
+    header = _row(text, "### fwd", "kernel  heads×d_qk/d_v  chunk")
+    assert header[1:] == ["T=2k B=32", "T=4k B=16", "T=8k B=8", "T=16k B=4"]
+    cells = _row(text, "### fwd", "tflabench.mlstm_sig.xl_chunk 16×128/256 L=128")
+    for cell, seq_len in zip(cells[1:], (2048, 4096, 8192, 16384), strict=True):
+        ours = _time(table, "tflabench.mlstm_sig.xl_chunk", "fwd", seq_len, heads=16)
+        speedup = _time(table, "torch.sdpa_cudnn", "fwd", seq_len) / ours
+        assert cell == f"**{ours:.2f}** ({speedup:.2f}×)"  # the fastest kernel of the fixture: bold
+    baseline = _row(text, "### fwdbw", "torch.sdpa_cudnn 32×128")
+    assert all(cell.endswith("(1.00×)") for cell in baseline[1:])
+
+
+def test_rows_that_were_not_measured_show_their_status_and_are_never_ranked(written):
+    _, text = written
+    assert _row(text, "### fwd", "lightning_attn.lightning_attn2 32×128")[1:] == ["failed_check"] * 4
+    assert _row(text, "### fwdbw", "mlstm_kernels.mlstm_exp.xl_chunk 16×128/256 L=128")[1:] == ["crash"] * 4
+    assert _row(text, "### fwdbw", "tflabench.mlstm_exp.xl_chunk 8×256/512 L=2048")[3] == "error"
+
+
+def test_failures_section_lists_every_non_ok_group_with_its_reason(written, table):
+    _, text = written
+    section = text.split("## Not measured", 1)[1]
+    for row in table[table["status"] != "ok"].itertuples():
+        assert f"| {row.kernel} |" in section and f"| {row.status} |" in section and row.reason in section
+    assert "| fla.chunk_simple_gla | 16×128/256 | fwdbw | unavailable | 2k, 4k, 8k, 16k | 64 |" in section
+
+
+def test_chunk_optimum_table_uses_the_measured_ceilings(written):
+    _, text = written
+    section = "## Chunk size: measured and theoretical optimum"
+    cells = _row(text, section, "tflabench.mlstm_sig.xl_chunk")
+    ceilings = hardware.Ceilings(801e12, 4.3e12, "fixture")
+    theory = optimal_chunk.runtime_optimal_chunk("sig", ceilings, 512, 0.5)
+    assert cells[3:6] == ["fwd", "256 (2.65 ms)", f"{theory:.0f}"]
+    assert "801 TFLOP/s, 4.30 TB/s" in text
+
+
+def test_every_plot_is_linked_relative_to_the_run_directory(written):
+    run_dir, text = written
+    links = re.findall(r"\]\((plots/[^)]+)\)", text)
+    assert {Path(link).stem for link in links} == {kind.stem for kind in plots.PLOT_KINDS.values()}
+    assert all((run_dir / link).is_file() for link in links)
+
+
+def test_baseline_option_and_default_choice(table):
+    run = plots.load_run(FIXTURE)
+    assert report.choose_baseline(run, None) == "torch.sdpa_cudnn"
+    text = report.report_markdown(run, "torch.sdpa_flash", plots.Rendered())
+    cells = _row(text, "### fwd", "torch.sdpa_cudnn 32×128")
+    speedup = _time(table, "torch.sdpa_flash", "fwd", 8192) / _time(table, "torch.sdpa_cudnn", "fwd", 8192)
+    assert cells[3].endswith(f"({speedup:.2f}×)")
+
+
+def test_report_without_meta_json_says_provenance_is_unknown(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    (tmp_path / "run" / "meta.json").unlink()
+    run = plots.load_run(tmp_path / "run")
+    assert "No meta.json" in report.report_markdown(run, "torch.sdpa_cudnn", plots.Rendered())
+
+
+@pytest.mark.parametrize(
+    ("baseline", "message"),
+    [
+        ("torch.sdpa_nope", "baseline 'torch.sdpa_nope' is not a kernel of run h200-small"),
+        ("flash_attn.fa3", "'flash_attn.fa3' has no measured row in run h200-small (status: unavailable)"),
+    ],
+)
+def test_report_command_bad_baseline_is_one_line_and_exit_2(capsys, baseline, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(FIXTURE), "--baseline", baseline])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_run_where_nothing_was_measured_still_gets_a_report(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    table = pd.read_csv(tmp_path / "run" / "results.csv", dtype=str)
+    table["status"], table["reason"] = "unavailable", "no CUDA device (torch.cuda.is_available() is False)"
+    table.to_csv(tmp_path / "run" / "results.csv", index=False)
+    run = plots.load_run(tmp_path / "run")
+    assert report.choose_baseline(run, None) is None
+    text = report.report_markdown(run, None, plots.Rendered())
+    assert "## Runtime and speed-up\n\nNo row of this run was measured" in text
+    assert "| torch.sdpa_cudnn | 32×128 | fwd, fwdbw | unavailable | 2k, 4k, 8k, 16k | – | no CUDA" in text

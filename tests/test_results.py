@@ -1,0 +1,148 @@
+"""Results table and metadata: row-by-row writing, cut-off last lines, resume keys, derived columns."""
+
+import sys
+
+import pytest
+
+from tflabench.bench.registry import Availability, KernelSpec, SweepPoint
+from tflabench.bench.results import (
+    Derivation,
+    ResultsWriter,
+    cost_arguments,
+    finished_keys,
+    make_row,
+    new_meta,
+    rankings,
+    read_rows,
+)
+from tflabench.bench.schema import COLUMNS
+from tflabench.errors import InputError
+
+FIG4_POINT = SweepPoint(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256, chunk_size=128)
+
+
+def kernel(name="ours.mlstm_sig.xl_chunk", family="mlstm_sig", **params) -> KernelSpec:
+    def unused(*args):
+        raise AssertionError("not called")
+
+    return KernelSpec(name=name, family=family, package=None, uses_chunk_size=True,
+                      availability=lambda: Availability(True), unsupported=lambda point: None,
+                      make_inputs=unused, run=unused, reference_check=unused, params=params)
+
+
+def row(spec=None, point=FIG4_POINT, status="ok", time_ms=4.39):
+    measured = {"status": status, "reason": "", "time_ms": time_ms if status == "ok" else None}
+    return make_row(run="r", kernel=spec or kernel(), version="1.0", point=point, device="cuda",
+                    gpu="NVIDIA H100 80GB HBM3", measured=measured, derived={})
+
+
+def test_rows_are_appended_after_one_header_and_a_half_written_line_is_cut(tmp_path):
+    path = tmp_path / "results.csv"
+    with ResultsWriter(path) as writer:
+        writer.write(row(point=FIG4_POINT))
+        writer.write(row(point=SweepPoint(1, 64, 2, 16, 16, 16, mode="fwdbw")))
+    with open(path, "a") as handle:
+        handle.write("r,ours.mlstm_sig.xl_chunk,mlstm_sig,1.0,cuda,NVIDIA H1")
+    assert len(read_rows(path)) == 2
+    with ResultsWriter(path) as writer:
+        writer.write(row(point=SweepPoint(1, 128, 2, 16, 16, None, dtype="float32")))
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(COLUMNS) and len(lines) == 4
+    assert finished_keys(path) == {
+        ("ours.mlstm_sig.xl_chunk", FIG4_POINT.key()),
+        ("ours.mlstm_sig.xl_chunk", "B1-T64-H2-dqk16-dv16-L16-bfloat16-fwdbw"),
+        ("ours.mlstm_sig.xl_chunk", "B1-T128-H2-dqk16-dv16-LNone-float32-fwd"),
+    }
+
+
+def test_a_results_file_with_other_columns_is_refused(tmp_path):
+    path = tmp_path / "results.csv"
+    path.write_text("kernel,time\nx,1\n")
+    with pytest.raises(InputError, match="other columns"):
+        ResultsWriter(path)
+
+
+def test_rows_use_schema_columns_and_one_line_params():
+    values = row(kernel(variant="sig", normalize=False))
+    assert set(values) <= set(COLUMNS)
+    assert values["params"] == '{"normalize": false, "variant": "sig"}'
+    assert (values["batch"], values["chunk_size"], values["mode"]) == (8, 128, "fwd")
+    measured = {"status": "skipped", "reason": "head dim 2048:\n  illegal address"}
+    skipped = make_row(run="r", kernel=kernel(), version=None, point=FIG4_POINT, device="cuda", gpu="",
+                       measured=measured, derived={})
+    assert skipped["reason"] == "head dim 2048: illegal address"
+
+
+def test_derived_columns_follow_the_roofline(tmp_path, monkeypatch):
+    hardware = pytest.importorskip("tflabench.analysis.hardware")
+    models = pytest.importorskip("tflabench.analysis.models")
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
+    cost = models.kernel_cost("mlstm_sig", batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256,
+                              chunk_size=128)
+    h100 = hardware.get_gpu("h100-sxm")
+    peak, bandwidth = h100.peak_flops["bfloat16"], h100.bandwidth
+    derived = Derivation("NVIDIA H100 80GB HBM3").columns(kernel(), FIG4_POINT, time_ms=4.0)
+    achieved = cost.flops / 4e-3
+    assert derived["tflops"] == pytest.approx(achieved / 1e12)
+    assert derived["gbps"] == pytest.approx(cost.bytes / 4e-3 / 1e9)
+    assert derived["intensity"] == pytest.approx(cost.flops / cost.bytes)
+    attainable = min(peak, bandwidth * cost.intensity)
+    assert derived["roofline_frac_datasheet"] == pytest.approx(achieved / attainable)
+    assert derived["model_ms_additive"] == pytest.approx((cost.flops / peak + cost.bytes / bandwidth) * 1e3)
+    assert derived["model_ms_overlap"] == pytest.approx(max(cost.flops / peak, cost.bytes / bandwidth) * 1e3)
+    assert "roofline_frac_measured" not in derived
+
+    hardware.save_measured_ceilings("h100-sxm", hardware.Ceilings(700e12, 3.0e12, "measured test"))
+    measured = Derivation("NVIDIA H100 80GB HBM3").columns(kernel(), FIG4_POINT, time_ms=4.0)
+    attainable = min(700e12, 3.0e12 * cost.intensity)
+    assert measured["roofline_frac_measured"] == pytest.approx(achieved / attainable)
+    assert measured["model_ms_additive"] == pytest.approx((cost.flops / 700e12 + cost.bytes / 3.0e12) * 1e3)
+
+
+def test_cost_arguments_come_from_the_kernel_params():
+    assert cost_arguments(kernel(algorithm="parallel", cost_params={"gate_bytes": 4})) == {
+        "gate_bytes": 4, "formulation": "parallel"}
+    assert cost_arguments(kernel(algorithm="xl_chunk")) == {}
+    assert cost_arguments(kernel("sdpa.math", "softmax_attention", causal=False)) == {"causal_factor": 1.0}
+
+
+def test_non_causal_attention_is_costed_as_full_attention():
+    pytest.importorskip("tflabench.analysis.models")
+    point = SweepPoint(batch=2, seq_len=4096, heads=32, head_dim_qk=128, head_dim_v=128, chunk_size=None)
+    derivation = Derivation("")
+    causal = derivation.columns(kernel("sdpa.flash", "softmax_attention"), point, None)
+    full = derivation.columns(kernel("sdpa.flash_noncausal", "softmax_attention", causal=False), point, None)
+    assert full["flops"] / causal["flops"] == pytest.approx(2.0, rel=0.02)
+
+
+def test_derived_columns_stay_empty_where_the_analysis_cannot_answer(monkeypatch):
+    pytest.importorskip("tflabench.analysis.models")
+    on_cpu = Derivation("").columns(kernel(), FIG4_POINT, time_ms=4.0)
+    assert {"flops", "tflops"} <= set(on_cpu) and "roofline_frac_datasheet" not in on_cpu
+    refused = Derivation("").columns(kernel(cost_params={"flop_table": "none"}), FIG4_POINT, time_ms=4.0)
+    assert refused == {}
+    monkeypatch.setitem(sys.modules, "tflabench.analysis.models", None)
+    assert Derivation("NVIDIA H100 80GB HBM3").columns(kernel(), FIG4_POINT, time_ms=4.0) == {}
+
+
+def test_rankings_list_only_measured_rows_fastest_first(tmp_path):
+    path = tmp_path / "results.csv"
+    with ResultsWriter(path) as writer:
+        writer.write(row(kernel("slow.kernel"), time_ms=9.0))
+        writer.write(row(kernel("wrong.kernel"), status="failed_check"))
+        writer.write(row(kernel("fast.kernel"), time_ms=2.0))
+        writer.write(row(kernel("crashed.kernel"), status="crash"))
+    ranked = rankings(read_rows(path))
+    assert list(ranked) == [("fwd", "bfloat16", 8, 8192, 4096)]
+    assert [(ms, name) for ms, name, _ in ranked[("fwd", "bfloat16", 8, 8192, 4096)]] == [
+        (2.0, "fast.kernel"), (9.0, "slow.kernel")]
+
+
+def test_meta_records_provenance():
+    meta = new_meta(run="r", device="cpu-interpreter", gpu_info={}, kernels=[kernel()],
+                    derivation=Derivation(""), sweep={"kernels": ["*"]}, dtypes=("bfloat16",))
+    assert meta["command"].startswith("tflabench")
+    assert meta["versions"]["torch"] and meta["versions"]["triton"]
+    assert set(meta["git"]) == {"commit", "dirty"}
+    assert meta["ceilings"]["bfloat16"] == {"datasheet": None, "measured": None, "runtime_model_uses": None}
+    assert meta["finished"] is None and meta["resumed"] == []

@@ -1,0 +1,95 @@
+"""tflabench's own mLSTM kernels (`tflabench.kernels.mlstm`): mLSTMexp and mLSTMsig, each with the TFLA
+xl_chunk and the single-level limit_chunk algorithm.
+
+The kernels take the suite's layout, [B, T, H, D] with gate pre-activations [B, T, H], and start from
+m_0 = 0; they are checked against the recurrent reference. mLSTMsig runs without normalizer (the paper's
+form). Unlike the peers, they are also available on a CPU when Triton runs in interpreter mode
+(TRITON_INTERPRET=1, which `tflabench sweep` sets on a machine without CUDA).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+from tflabench.bench.adapters._common import PeerMapping, describe, family_inputs, peer_spec
+from tflabench.bench.registry import Availability, SweepPoint, register
+
+_API = "tflabench.kernels.mlstm.api"
+VARIANTS = ("exp", "sig")
+ALGORITHMS = ("xl_chunk", "limit_chunk")
+
+
+def _import_failure(algorithm: str) -> str | None:
+    """Why the kernel function of ``algorithm`` cannot be imported, or None."""
+    try:
+        module_name, function_name = importlib.import_module(_API).CHUNKED_ALGORITHMS[algorithm]
+    except Exception as exc:
+        return f"importing {_API} failed: {describe(exc)}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return f"{module_name} is not written yet"
+        return f"importing {module_name} failed: {describe(exc)}"
+    except Exception as exc:
+        return f"importing {module_name} failed: {describe(exc)}"
+    if not hasattr(module, function_name):
+        return f"{module_name}.{function_name} is not written yet"
+    return None
+
+
+def _availability(algorithm: str):
+    def availability() -> Availability:
+        from tflabench import __version__
+
+        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+            return Availability(False, "no CUDA device, and TRITON_INTERPRET=1 is not set (needed to run the "
+                                "Triton kernels on a CPU)", __version__)
+        failure = _import_failure(algorithm)
+        return Availability(failure is None, failure or "", __version__)
+
+    return availability
+
+
+def _unsupported(point: SweepPoint) -> str | None:
+    api = importlib.import_module(_API)
+    for name, dim in (("head_dim_qk", point.head_dim_qk), ("head_dim_v", point.head_dim_v)):
+        if not api.MIN_HEAD_DIM <= dim <= api.MAX_HEAD_DIM or dim % api.HEAD_DIM_MULTIPLE:
+            return (f"{name} must be a multiple of {api.HEAD_DIM_MULTIPLE} from {api.MIN_HEAD_DIM} to "
+                    f"{api.MAX_HEAD_DIM}, got {dim}")
+    chunk = point.chunk_size
+    if chunk < api.MIN_CHUNK_SIZE or chunk & (chunk - 1):
+        return f"chunk_size must be a power of two >= {api.MIN_CHUNK_SIZE}, got {chunk}"
+    return None
+
+
+def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMapping:
+    def to_native(neutral: dict, point: SweepPoint) -> dict:
+        return {**{name: neutral[name] for name in ("q", "k", "v", "i", "f", "eps")},
+                "chunk_size": point.chunk_size}
+
+    def call(arguments: dict) -> torch.Tensor:
+        from tflabench.kernels import mlstm
+
+        return mlstm(**arguments, variant=variant, algorithm=algorithm, normalize=normalize)
+
+    return PeerMapping(to_native, call, lambda output: output, grad_inputs=("q", "k", "v", "i", "f"))
+
+
+def _register() -> None:
+    for variant in VARIANTS:
+        normalize = None if variant == "exp" else False
+        family = f"mlstm_{variant}"
+        for algorithm in ALGORITHMS:
+            register(peer_spec(
+                f"tflabench.{family}.{algorithm}", family, _mapping(variant, algorithm, normalize),
+                _availability(algorithm), package=None, uses_chunk_size=True, unsupported=_unsupported,
+                neutral_inputs=family_inputs(family, normalize=normalize),
+                params={"variant": variant, "algorithm": algorithm, "normalize": normalize},
+            ))
+
+
+_register()

@@ -1,0 +1,200 @@
+"""Measure one (kernel, point) in the current process.
+
+Order per point (paper-benchmarks.md §1, avoiding the reference harness's pitfalls of baselines.md §12):
+
+1. correctness gate: ``spec.reference_check`` once per (worker, dtype); a failed check ends the point
+   with status ``failed_check`` and nothing is timed;
+2. fresh random inputs from ``spec.make_inputs``;
+3. warm-up calls (compile and autotune happen here), their wall time recorded as ``warmup_s``;
+4. timed calls: on CUDA one pair of CUDA events per call, a 256 MB buffer zeroed before each call to
+   flush the L2, gradients set to None between calls outside the timed region, the allocator kept warm
+   (no ``empty_cache``); on the CPU interpreter ``time.perf_counter``. Median and interquartile range.
+   NVML samples clocks, temperature and power meanwhile;
+5. peak memory in a separate call: ``max_memory_allocated`` after ``reset_peak_memory_stats`` minus
+   the memory allocated before the call (inputs, flush buffer and upstream gradient excluded). Empty on CPU.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tflabench.bench.nvml import NvmlSampler
+from tflabench.bench.registry import CheckResult, KernelSpec, SweepPoint
+
+CUDA = "cuda"
+CPU_INTERPRETER = "cpu-interpreter"
+
+#: The reference harness zeroes a 256 MB buffer before every timed call (paper-benchmarks.md §1.2).
+L2_FLUSH_BYTES = 256 * 10**6
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    warmup: int = 10
+    repeats: int = 30
+
+
+def detect_device() -> str:
+    """``"cuda"`` when a GPU is usable, else ``"cpu-interpreter"`` (Triton kernels on CPU tensors)."""
+    return CUDA if torch.cuda.is_available() else CPU_INTERPRETER
+
+
+def torch_device(device: str) -> torch.device:
+    return torch.device("cuda") if device == CUDA else torch.device("cpu")
+
+
+def check_dtype(device: str, dtype: str) -> str:
+    """The dtype of the correctness gate: the point's, except bf16 under the Triton interpreter, which
+    computes on the raw bits (cpu-and-gpu-environments.md), so the gate runs in float32 there."""
+    return "float32" if device == CPU_INTERPRETER and dtype == "bfloat16" else dtype
+
+
+def summarize_times(times_ms: list[float]) -> tuple[float, float, float]:
+    """(median, 25th percentile, 75th percentile) in ms."""
+    if len(times_ms) == 1:
+        return times_ms[0], times_ms[0], times_ms[0]
+    q25, median, q75 = statistics.quantiles(times_ms, n=4, method="inclusive")
+    return median, q25, q75
+
+
+class KernelStep:
+    """One call of a kernel on fixed inputs: forward under no_grad, or forward + backward with a fixed
+    random upstream gradient (created at the first call, i.e. during warm-up)."""
+
+    def __init__(self, spec: KernelSpec, inputs: dict, mode: str) -> None:
+        self._run = spec.run
+        self._inputs = inputs
+        self._backward = mode == "fwdbw"
+        self._leaves = [t for t in inputs.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+        self._grad_out: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        """Drop the input gradients of the previous call (kept outside the timed region)."""
+        for tensor in self._leaves:
+            tensor.grad = None
+
+    def __call__(self) -> torch.Tensor:
+        if not self._backward:
+            with torch.no_grad():
+                return _primary_output(self._run(self._inputs))
+        out = _primary_output(self._run(self._inputs))
+        if self._grad_out is None:
+            self._grad_out = torch.randn_like(out)
+        out.backward(self._grad_out)
+        return out
+
+
+def _primary_output(result: Any) -> torch.Tensor:
+    return result[0] if isinstance(result, (tuple, list)) else result
+
+
+def _synchronize(device: str) -> None:
+    if device == CUDA:
+        torch.cuda.synchronize()
+
+
+def warm_up(step: KernelStep, calls: int, device: str) -> float:
+    """Run ``calls`` untimed calls; returns their wall time in seconds (compile + autotune included)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        step.reset()
+        step()
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+_flush_buffer: torch.Tensor | None = None
+
+
+def _l2_flush_buffer() -> torch.Tensor:
+    global _flush_buffer
+    if _flush_buffer is None:
+        _flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    return _flush_buffer
+
+
+def time_calls_cuda(step: KernelStep, repeats: int) -> list[float]:
+    """Per-call times in ms from CUDA events, the L2 flushed before every call."""
+    flush = _l2_flush_buffer()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for start, end in zip(starts, ends, strict=True):
+        step.reset()
+        flush.zero_()
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
+
+
+def time_calls_cpu(step: KernelStep, repeats: int) -> list[float]:
+    """Per-call wall times in ms (CPU tensors, Triton interpreter)."""
+    times = []
+    for _ in range(repeats):
+        step.reset()
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def peak_memory_mib(step: KernelStep) -> float:
+    """Peak CUDA memory of one call above what was allocated before it, in MiB."""
+    step.reset()
+    gc.collect()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del out
+    step.reset()
+    return peak / 2**20
+
+
+class ReferenceGate:
+    """Runs each kernel's reference check once per dtype and remembers the outcome."""
+
+    def __init__(self, device: str) -> None:
+        self._device = device
+        self._results: dict[tuple[str, str], CheckResult] = {}
+
+    def check(self, spec: KernelSpec, dtype: str) -> CheckResult:
+        key = (spec.name, check_dtype(self._device, dtype))
+        if key not in self._results:
+            self._results[key] = spec.reference_check(torch_device(self._device), key[1])
+        return self._results[key]
+
+
+def failed_check_reason(check: CheckResult) -> str:
+    reason = f"reference check failed: rel error {check.rel_error:.3g} > tolerance {check.tolerance:.3g}"
+    return f"{reason} ({check.detail})" if check.detail else reason
+
+
+def measure_point(spec: KernelSpec, point: SweepPoint, device: str, settings: MeasureSettings,
+                  gate: ReferenceGate) -> dict[str, Any]:
+    """Gate, warm up, time and measure one point; returns the measured columns of the results table.
+
+    Exceptions (OOM, compiler errors, ...) propagate: the worker turns them into the row's status.
+    """
+    check = gate.check(spec, point.dtype)
+    measured: dict[str, Any] = {"check_rel_error": check.rel_error}
+    if not check.passed:
+        return {**measured, "status": "failed_check", "reason": failed_check_reason(check)}
+    step = KernelStep(spec, spec.make_inputs(point, torch_device(device)), point.mode)
+    measured["warmup_s"] = warm_up(step, settings.warmup, device)
+    time_calls = time_calls_cuda if device == CUDA else time_calls_cpu
+    with NvmlSampler() as sampler:
+        times = time_calls(step, settings.repeats)
+    median, q25, q75 = summarize_times(times)
+    peak = peak_memory_mib(step) if device == CUDA else None
+    return {**measured, "status": "ok", "reason": "", "time_ms": median, "time_ms_q25": q25,
+            "time_ms_q75": q75, "repeats": len(times), "peak_mem_mib": peak, **sampler.summary()}

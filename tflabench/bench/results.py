@@ -1,0 +1,357 @@
+"""Results of a sweep run under ``<out>/<run-name>/``.
+
+* ``results.csv``: `schema.COLUMNS`, one row per (kernel, point), appended, flushed and fsynced row by
+  row, so a killed sweep loses at most the point that was running; a half-written last line is cut
+  off when the file is opened again. ``--resume`` skips the (kernel, point) keys already present.
+* ``meta.json``: provenance (GPU, driver, CUDA, torch, triton and peer versions, git commit and dirty
+  flag, command line, ceilings, the sweep itself, start/finish times and every resume).
+* ``logs/<kernel>.log``: stderr of the kernel's worker processes (compiler messages, tracebacks).
+
+Derived columns come from `tflabench.analysis` (FLOP/byte models, ceilings, roofline); they stay empty
+where the analysis layer cannot answer (unknown GPU, family parameters it does not model).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tflabench.bench.registry import KernelSpec, SweepPoint
+from tflabench.bench.schema import COLUMNS
+from tflabench.errors import InputError
+
+RESULTS_FILE = "results.csv"
+META_FILE = "meta.json"
+LOG_DIR = "logs"
+
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+_FORMULATION_OF_ALGORITHM = {"parallel": "parallel", "recurrent": "recurrent"}
+
+
+def command_line() -> str:
+    """The command that is running, as a shell line starting with ``tflabench``."""
+    return shlex.join(["tflabench", *sys.argv[1:]])
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# ----------------------------------------------------------------------------------------------- table
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _cut_partial_last_line(path: Path) -> None:
+    """Remove a last line without newline (the process was killed while writing it)."""
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if data and not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)
+
+
+class ResultsWriter:
+    """Appends rows to ``results.csv``; every row is flushed and fsynced before `write` returns."""
+
+    def __init__(self, path: Path) -> None:
+        if path.exists():
+            _cut_partial_last_line(path)
+            _check_header(path)
+        is_new = not path.exists() or path.stat().st_size == 0
+        self._file = open(path, "a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, lineterminator="\n")
+        if is_new:
+            self._writer.writeheader()
+            self._sync()
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._writer.writerow({column: _cell(row.get(column)) for column in COLUMNS})
+        self._sync()
+
+    def _sync(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _check_header(path: Path) -> None:
+    with open(path, newline="") as handle:
+        header = next(csv.reader(handle), None)
+    if header is not None and tuple(header) != COLUMNS:
+        raise InputError(f"{path} has other columns than this version writes; start a new --run-name")
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """All complete rows of a results.csv (empty list if it does not exist)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        text = handle.read()
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    return list(csv.DictReader(lines))
+
+
+def point_from_row(row: dict[str, str]) -> SweepPoint:
+    return SweepPoint(
+        batch=int(row["batch"]), seq_len=int(row["seq_len"]), heads=int(row["heads"]),
+        head_dim_qk=int(row["head_dim_qk"]), head_dim_v=int(row["head_dim_v"]),
+        chunk_size=int(row["chunk_size"]) if row["chunk_size"] else None,
+        dtype=row["dtype"], mode=row["mode"],
+    )
+
+
+def finished_keys(path: Path) -> set[tuple[str, str]]:
+    """(kernel, point key) of every row already written, whatever its status."""
+    return {(row["kernel"], point_from_row(row).key()) for row in read_rows(path)}
+
+
+def make_row(*, run: str, kernel: KernelSpec, version: str | None, point: SweepPoint, device: str, gpu: str,
+             measured: dict[str, Any], derived: dict[str, Any]) -> dict[str, Any]:
+    """One results-table row: identity, point, measured and derived columns (the reason on one line)."""
+    return {
+        "run": run, "kernel": kernel.name, "family": kernel.family, "version": version,
+        "device": device, "gpu": gpu,
+        **asdict(point),
+        **measured, **derived,
+        "reason": " ".join(str(measured.get("reason") or "").split()),
+        "params": json.dumps(kernel.params, sort_keys=True, default=str) if kernel.params else "",
+        "timestamp": now_iso(),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- derived
+
+
+class Derivation:
+    """Derived columns: FLOPs and bytes from the family's cost model, achieved TFLOP/s and GB/s,
+    intensity, fraction of the roofline under datasheet and measured ceilings, and the runtime models.
+
+    Measured ceilings (a bf16 matmul and a copy) apply to bfloat16 points only. The runtime models use
+    the measured ceilings where they apply, else the datasheet.
+    """
+
+    def __init__(self, gpu_name: str) -> None:
+        self.gpu = self._lookup_gpu(gpu_name)
+        self._ceilings: dict[str, tuple[Any, Any]] = {}
+
+    @staticmethod
+    def _lookup_gpu(gpu_name: str):
+        if not gpu_name:
+            return None
+        try:
+            from tflabench.analysis.hardware import gpu_from_device_name
+        except ImportError:
+            return None
+        return gpu_from_device_name(gpu_name)
+
+    def ceilings(self, dtype: str) -> tuple[Any, Any]:
+        """(datasheet, measured) ceilings for dtype; None where unknown."""
+        if self.gpu is None:
+            return None, None
+        if dtype not in self._ceilings:
+            from tflabench.analysis.hardware import datasheet_ceilings, load_measured_ceilings
+
+            measured = load_measured_ceilings(self.gpu.key) if dtype == "bfloat16" else None
+            self._ceilings[dtype] = (datasheet_ceilings(self.gpu, dtype), measured)
+        return self._ceilings[dtype]
+
+    def columns(self, kernel: KernelSpec, point: SweepPoint, time_ms: float | None) -> dict[str, Any]:
+        cost = _cost(kernel, point)
+        if cost is None:
+            return {}
+        derived: dict[str, Any] = {"flops": cost.flops, "bytes": cost.bytes, "intensity": cost.intensity}
+        if time_ms:
+            seconds = time_ms * 1e-3
+            derived |= {"tflops": cost.flops / seconds / 1e12, "gbps": cost.bytes / seconds / 1e9}
+        derived |= self._roofline_columns(cost, point.dtype, time_ms)
+        return derived
+
+    def _roofline_columns(self, cost, dtype: str, time_ms: float | None) -> dict[str, Any]:
+        try:
+            from tflabench.analysis.roofline import attainable_flops, runtime_additive, runtime_overlap
+        except ImportError:
+            return {}
+        datasheet, measured = self.ceilings(dtype)
+        model = measured or datasheet
+        if model is None:
+            return {}
+        columns = {"model_ms_additive": runtime_additive(cost, model) * 1e3,
+                   "model_ms_overlap": runtime_overlap(cost, model) * 1e3}
+        if time_ms:
+            achieved = cost.flops / (time_ms * 1e-3)
+            fractions = {"roofline_frac_datasheet": datasheet, "roofline_frac_measured": measured}
+            for name, ceilings in fractions.items():
+                if ceilings is not None:
+                    columns[name] = achieved / attainable_flops(ceilings, cost.intensity)
+        return columns
+
+
+def cost_arguments(kernel: KernelSpec) -> dict[str, Any]:
+    """Keyword arguments of `kernel_cost` beyond the point: ``params["cost_params"]``, plus the mLSTM
+    formulation implied by ``params["algorithm"]`` and full attention for ``params["causal"] is False``."""
+    arguments = dict(kernel.params.get("cost_params", {}))
+    algorithm = kernel.params.get("algorithm")
+    if kernel.family.startswith("mlstm") and algorithm in _FORMULATION_OF_ALGORITHM:
+        arguments.setdefault("formulation", _FORMULATION_OF_ALGORITHM[algorithm])
+    if kernel.params.get("causal") is False:
+        arguments.setdefault("causal_factor", 1.0)
+    return arguments
+
+
+def _cost(kernel: KernelSpec, point: SweepPoint):
+    """The family's Cost of one call at this point, or None (analysis missing or model refuses)."""
+    try:
+        from tflabench.analysis.models import kernel_cost
+    except ImportError:
+        return None
+    params = cost_arguments(kernel)
+    try:
+        return kernel_cost(kernel.family, batch=point.batch, seq_len=point.seq_len, heads=point.heads,
+                           head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
+                           chunk_size=point.chunk_size, mode=point.mode,
+                           dtype_bytes=_DTYPE_BYTES[point.dtype], **params)
+    except (ValueError, TypeError):
+        return None
+
+
+# ----------------------------------------------------------------------------------------------- meta
+
+
+def _git_state() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True,
+                              timeout=10).stdout.strip()
+
+    try:
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def software_versions(packages: list[str]) -> dict[str, Any]:
+    """Python, torch, CUDA, cuDNN, triton, numpy, tflabench and the peers' versions."""
+    import torch
+
+    versions: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+    }
+    for name in ("triton", "numpy", "tflabench", "nvidia-ml-py"):
+        versions[name] = _distribution_version(name)
+    versions["peers"] = {name: _distribution_version(name) for name in sorted(set(packages))}
+    return versions
+
+
+def _ceilings_record(derivation: Derivation, dtypes: tuple[str, ...]) -> dict[str, Any]:
+    record: dict[str, Any] = {"gpu_key": derivation.gpu.key if derivation.gpu else None}
+    for dtype in dtypes:
+        datasheet, measured = derivation.ceilings(dtype)
+        record[dtype] = {
+            "datasheet": vars(datasheet) if datasheet else None,
+            "measured": vars(measured) if measured else None,
+            "runtime_model_uses": "measured" if measured else "datasheet" if datasheet else None,
+        }
+    return record
+
+
+def new_meta(*, run: str, device: str, gpu_info: dict[str, str], kernels: list[KernelSpec],
+             derivation: Derivation, sweep: dict[str, Any], dtypes: tuple[str, ...]) -> dict[str, Any]:
+    """The provenance record of a new run."""
+    return {
+        "run": run,
+        "started": now_iso(),
+        "finished": None,
+        "command": command_line(),
+        "device": device,
+        "gpu": gpu_info,
+        "host": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
+        "versions": software_versions([kernel.package for kernel in kernels if kernel.package]),
+        "git": _git_state(),
+        "ceilings": _ceilings_record(derivation, dtypes),
+        "kernels": sorted(kernel.name for kernel in kernels),
+        "sweep": sweep,
+        "resumed": [],
+    }
+
+
+def write_meta(path: Path, meta: dict[str, Any]) -> None:
+    """Write atomically (a killed sweep never leaves a truncated meta.json)."""
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    os.replace(temporary, path)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+
+
+# ----------------------------------------------------------------------------------------------- summary
+
+
+def status_counts(rows: list[dict[str, str]]) -> dict[str, Counter]:
+    """Per kernel, how many rows have each status."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for row in rows:
+        counts[row["kernel"]][row["status"]] += 1
+    return dict(counts)
+
+
+RankKey = tuple[str, str, int, int, int]
+
+
+def rankings(rows: list[dict[str, str]]) -> dict[RankKey, list[tuple[float, str, str]]]:
+    """Measured rows grouped by problem size (mode, dtype, batch, seq_len, embedding = heads x head_dim_v),
+    as (time_ms, kernel, shape label), fastest first. Only status ok is ranked: a kernel that failed its
+    reference check never is."""
+    groups: dict[RankKey, list[tuple[float, str, str]]] = defaultdict(list)
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        point = point_from_row(row)
+        key = (point.mode, point.dtype, point.batch, point.seq_len, point.heads * point.head_dim_v)
+        label = f"{point.heads}x{point.head_dim_qk}/{point.head_dim_v}"
+        if point.chunk_size:
+            label += f" L{point.chunk_size}"
+        groups[key].append((float(row["time_ms"]), row["kernel"], label))
+    return {key: sorted(entries) for key, entries in sorted(groups.items())}

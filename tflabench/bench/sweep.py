@@ -1,0 +1,520 @@
+"""Sweep specification (CLI flags, TOML file or preset) and its expansion into (kernel, point) jobs.
+
+A sweep is a grid over the shape axes (seq_len, batch or constant total tokens, heads or embedding dim,
+head_dim_qk or the ratio Dqk/Dv, head_dim_v, chunk_size), dtypes and modes, applied to the kernels that
+match its selectors. Per-family or per-kernel overrides change shape axes for some kernels only (the
+paper's Fig. 4 runs attention at 32 x 128 and the mLSTM kernels at 16 x 256/128 on the same tokens).
+
+The TOML format (every list axis also accepts a single value, and integer axes a string ``"512..65536"``
+meaning powers of two from 512 to 65536)::
+
+    preset = "tfla-fig4"             # optional: start from a preset, then apply this file
+
+    [sweep]
+    kernels = ["tflabench.*", "softmax_attention"]   # name globs or family names
+    seq_len = [512, 1024]
+    tokens = 65536                   # constant total tokens (batch = tokens / seq_len) ... or batch = [8]
+    embedding_dim = 4096             # heads = embedding_dim / head_dim_v ... or heads = [16]
+    head_dim_v = [256]
+    qk_ratio = 0.5                   # head_dim_qk = qk_ratio * head_dim_v ... or head_dim_qk = [128]
+    chunk_size = [128]
+    dtype = ["bfloat16"]
+    mode = ["fwd", "fwdbw"]
+
+    [measure]
+    warmup = 10                      # untimed iterations (compile and autotune happen here)
+    repeats = 30                     # timed iterations (median and IQR)
+    timeout = 300                    # seconds per point, warm-up included
+
+    [override.softmax_attention]     # a family name or a kernel-name glob; later tables win
+    head_dim_v = 128
+    qk_ratio = 1.0
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from tflabench.bench.registry import DTYPES, FAMILIES, MODES, Availability, KernelSpec, SweepPoint
+from tflabench.errors import InputError
+
+#: Axes of which exactly one of the pair is set; setting one clears the other.
+_PARTNERS = {
+    "batch": "tokens", "tokens": "batch",
+    "heads": "embedding_dim", "embedding_dim": "heads",
+    "head_dim_qk": "qk_ratio", "qk_ratio": "head_dim_qk",
+}
+_INT_LIST_AXES = ("seq_len", "batch", "heads", "head_dim_qk", "head_dim_v", "chunk_size")
+_INT_AXES = ("tokens", "embedding_dim")
+_SWEEP_KEYS = ("kernels", *_INT_LIST_AXES, *_INT_AXES, "qk_ratio", "dtype", "mode")
+_MEASURE_KEYS = ("warmup", "repeats", "timeout")
+_TOP_KEYS = ("preset", "sweep", "measure", "override")
+
+#: Names a key in error messages (TOML location or command-line option).
+Label = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Shape axes of a sweep. Of each pair (batch, tokens), (heads, embedding_dim), (head_dim_qk, qk_ratio)
+    exactly one is set."""
+
+    seq_len: tuple[int, ...] = (8192,)
+    batch: tuple[int, ...] | None = None
+    tokens: int | None = 65536
+    heads: tuple[int, ...] | None = None
+    embedding_dim: int | None = 4096
+    head_dim_qk: tuple[int, ...] | None = None
+    qk_ratio: float | None = 0.5
+    head_dim_v: tuple[int, ...] = (256,)
+    chunk_size: tuple[int, ...] = (128,)
+
+    def with_values(self, values: Mapping[str, Any]) -> Shape:
+        """Set the given axes (validated by `parse_shape_values`); each one clears its partner axis."""
+        cleared = {_PARTNERS[name]: None for name in values if name in _PARTNERS}
+        return replace(self, **(cleared | dict(values)))
+
+
+_SHAPE_KEYS = tuple(axis.name for axis in fields(Shape))
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A whole sweep: kernel selectors, shape grid, per-kernel overrides and measurement settings."""
+
+    kernels: tuple[str, ...] = ("*",)
+    shape: Shape = field(default_factory=Shape)
+    dtypes: tuple[str, ...] = ("bfloat16",)
+    modes: tuple[str, ...] = MODES
+    overrides: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    warmup: int = 10
+    repeats: int = 30
+    timeout_s: float = 300.0
+
+    def shape_for(self, kernel: KernelSpec) -> Shape:
+        """The shape grid for one kernel: the base shape with every matching override applied in order."""
+        shape = self.shape
+        for selector, values in self.overrides:
+            if selector_matches(selector, kernel):
+                shape = shape.with_values(values)
+        return shape
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (kernel, point). status None means "to be measured"; otherwise the row is already decided
+    (skipped / unavailable / error) and reason says why. version: the kernel package's version."""
+
+    kernel: KernelSpec
+    point: SweepPoint
+    status: str | None = None
+    reason: str = ""
+    version: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kernel.name, self.point.key())
+
+
+# ----------------------------------------------------------------------------------------------- parsing
+
+
+def parse_int_list(value: Any, where: str) -> tuple[int, ...]:
+    """A positive int, a list of them, or a string "512,1024" / "512..65536" (powers of two)."""
+    if isinstance(value, str):
+        return _parse_int_text(value, where)
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise InputError(f"{where} must not be empty")
+    return tuple(_positive_int(item, where) for item in items)
+
+
+def _parse_int_text(text: str, where: str) -> tuple[int, ...]:
+    values: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if ".." in part:
+            low, _, high = part.partition("..")
+            values.extend(_doubling_range(_int_from_text(low, where), _int_from_text(high, where), where))
+        else:
+            values.append(_int_from_text(part, where))
+    return tuple(values)
+
+
+def _int_from_text(text: str, where: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise InputError(f"{where}: expected integers like 512,1024 or 512..65536, got {text!r}") from None
+    return _positive_int(value, where)
+
+
+def _doubling_range(low: int, high: int, where: str) -> list[int]:
+    if high < low:
+        raise InputError(f"{where}: empty range {low}..{high}")
+    values = [low]
+    while values[-1] * 2 <= high:
+        values.append(values[-1] * 2)
+    return values
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{where} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise InputError(f"{where} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def parse_names(value: Any, where: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """A string, a comma-separated string or a list of strings; each in ``allowed`` if given."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    names = tuple(item.strip() if isinstance(item, str) else item for item in items)
+    if not names or any(not isinstance(name, str) or not name for name in names):
+        raise InputError(f"{where} must be a non-empty string or list of strings, got {value!r}")
+    for name in names:
+        if allowed is not None and name not in allowed:
+            raise InputError(f"{where}: unknown value {name!r} (known: {', '.join(allowed)})")
+    return tuple(dict.fromkeys(names))
+
+
+def toml_label(section: str) -> Label:
+    """Names keys in error messages as ``<file> [section] key``."""
+    return lambda key: f"{section} {key}"
+
+
+def option_label(key: str) -> str:
+    """Names keys in error messages as command-line options (``--seq-len``)."""
+    return "--" + key.replace("_", "-")
+
+
+def parse_shape_values(table: Mapping[str, Any], label: Label) -> dict[str, Any]:
+    """Validate the shape axes present in a table (TOML section or CLI flags); returns them typed."""
+    values: dict[str, Any] = {}
+    for name in _INT_LIST_AXES:
+        if name in table:
+            values[name] = parse_int_list(table[name], label(name))
+    for name in _INT_AXES:
+        if name in table:
+            values[name] = _positive_int(table[name], label(name))
+    if "qk_ratio" in table:
+        values["qk_ratio"] = _positive_float(table["qk_ratio"], label("qk_ratio"))
+    for name, partner in _PARTNERS.items():
+        if name in values and partner in values:
+            raise InputError(f"give either {label(name)} or {label(partner)}, not both")
+    return values
+
+
+def apply_table(spec: SweepSpec, data: Mapping[str, Any], source: str) -> SweepSpec:
+    """Apply a parsed TOML document (or preset) on top of ``spec``."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: expected a table")
+    _reject_unknown(data, _TOP_KEYS, source)
+    if "preset" in data:
+        if not isinstance(data["preset"], str):
+            raise InputError(f"{source}: preset must be a string")
+        spec = load_preset(data["preset"], spec)
+    sweep = _section(data, "sweep", source)
+    _reject_unknown(sweep, _SWEEP_KEYS, f"{source} [sweep]")
+    spec = apply_sweep_values(spec, sweep, toml_label(f"{source} [sweep]"))
+    measure = _section(data, "measure", source)
+    _reject_unknown(measure, _MEASURE_KEYS, f"{source} [measure]")
+    spec = apply_measure(spec, measure, toml_label(f"{source} [measure]"))
+    overrides = _section(data, "override", source)
+    return replace(spec, overrides=spec.overrides + _parse_overrides(overrides, source))
+
+
+def apply_sweep_values(spec: SweepSpec, table: Mapping[str, Any], label: Label) -> SweepSpec:
+    """Apply the axes of a [sweep] table (or the CLI flags) on top of ``spec``."""
+    spec = replace(spec, shape=spec.shape.with_values(parse_shape_values(table, label)))
+    if "kernels" in table:
+        spec = replace(spec, kernels=parse_names(table["kernels"], label("kernels")))
+    if "dtype" in table:
+        spec = replace(spec, dtypes=parse_names(table["dtype"], label("dtype"), DTYPES))
+    if "mode" in table:
+        spec = replace(spec, modes=parse_names(table["mode"], label("mode"), MODES))
+    return spec
+
+
+def apply_measure(spec: SweepSpec, table: Mapping[str, Any], label: Label) -> SweepSpec:
+    """Apply warmup / repeats / timeout (from a [measure] table or CLI flags)."""
+    if "warmup" in table:
+        spec = replace(spec, warmup=_positive_int(table["warmup"], label("warmup")))
+    if "repeats" in table:
+        spec = replace(spec, repeats=_positive_int(table["repeats"], label("repeats")))
+    if "timeout" in table:
+        spec = replace(spec, timeout_s=_positive_float(table["timeout"], label("timeout")))
+    return spec
+
+
+def _parse_overrides(table: Mapping[str, Any], source: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    overrides = []
+    for selector, values in table.items():
+        where = f"{source} [override.{selector!r}]"
+        if not isinstance(values, Mapping):
+            raise InputError(f"{where}: expected a table")
+        _reject_unknown(values, _SHAPE_KEYS, where)
+        overrides.append((selector, parse_shape_values(values, toml_label(where))))
+    return tuple(overrides)
+
+
+def _section(data: Mapping[str, Any], name: str, source: str) -> Mapping[str, Any]:
+    section = data.get(name, {})
+    if not isinstance(section, Mapping):
+        raise InputError(f"{source}: {name} must be a table ([{name}])")
+    return section
+
+
+def _reject_unknown(table: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    for key in table:
+        if key not in known:
+            raise InputError(f"{where}: unknown key {key!r} (known: {', '.join(known)})")
+
+
+def _toml_loads(text: str, source: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise InputError("reading TOML needs Python >= 3.11 or the tomli package") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{source}: invalid TOML: {exc}") from None
+
+
+def load_sweep_file(path: str | Path, base: SweepSpec | None = None) -> SweepSpec:
+    """Read a sweep TOML file on top of ``base`` (default: the built-in defaults)."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read sweep file {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path.name}: not a UTF-8 text file") from None
+    return apply_table(base or SweepSpec(), _toml_loads(text, path.name), path.name)
+
+
+# ----------------------------------------------------------------------------------------------- presets
+
+#: The paper's experiments (paper-benchmarks.md §2, §3, §6, §13), written in the sweep-file format.
+PRESETS: dict[str, str] = {
+    "tfla-fig4": """
+# TFLA Fig. 4: 65,536 tokens, batch = 65536 / S, embedding 4096; per-kernel heads as in §2.1.
+[sweep]
+kernels = ["*"]
+seq_len = "512..65536"
+tokens = 65536
+embedding_dim = 4096
+head_dim_v = 256
+qk_ratio = 0.5
+chunk_size = 128
+dtype = "bfloat16"
+mode = ["fwd", "fwdbw"]
+
+[measure]
+warmup = 10
+repeats = 30
+
+[override."*limit_chunk*"]         # limit_chunk's best chunk size
+chunk_size = 64
+
+[override.softmax_attention]       # 32 heads x 128
+head_dim_v = 128
+qk_ratio = 1.0
+
+[override."fla.*"]                # FLA's library default chunk size
+chunk_size = 64
+
+[override.mamba2_ssd]              # 64 heads x 64, state 128, chunk 256 (§9.1)
+head_dim_v = 64
+head_dim_qk = 128
+chunk_size = 256
+
+[override.lightning]               # 32 heads x 128 (Fig. 13)
+head_dim_v = 128
+qk_ratio = 1.0
+
+[override.power_attention]         # not in Fig. 4: the power-attention paper's head dim 64
+head_dim_v = 64
+qk_ratio = 1.0
+""",
+    "tfla-fig5": """
+# TFLA Fig. 5: chunk-size trade-off of the mLSTM chunkwise kernels, 8 heads x 512/256, S = 8192, B = 8.
+[sweep]
+kernels = ["*xl_chunk*", "*limit_chunk*"]
+seq_len = 8192
+batch = 8
+heads = 8
+head_dim_qk = 256
+head_dim_v = 512
+chunk_size = "64..4096"
+dtype = "bfloat16"
+mode = ["fwd", "fwdbw"]
+""",
+    "tfla-headdim": """
+# TFLA Fig. 14: head dims 32..1024 with heads = 4096 / head dim, Dqk = Dv, S = 8192, B = 4.
+[sweep]
+kernels = ["*"]
+seq_len = 8192
+batch = 4
+embedding_dim = 4096
+head_dim_v = "32..1024"
+qk_ratio = 1.0
+chunk_size = [128, 256]
+dtype = "bfloat16"
+mode = ["fwd", "fwdbw"]
+
+[override."*limit_chunk*"]
+chunk_size = 64
+
+[override."fla.*"]
+chunk_size = 64
+""",
+    "tiny": """
+# Tiny float32 shapes for CPU runs under the Triton interpreter (CI, smoke tests): the pipeline, not speed.
+[sweep]
+kernels = ["*"]
+seq_len = [64, 128]
+batch = 1
+heads = 2
+head_dim_qk = 16
+head_dim_v = 32
+chunk_size = [16, 32]
+dtype = "float32"
+mode = ["fwd", "fwdbw"]
+
+[measure]
+warmup = 1
+repeats = 3
+timeout = 120
+""",
+}
+
+
+def load_preset(name: str, base: SweepSpec | None = None) -> SweepSpec:
+    if name not in PRESETS:
+        raise InputError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    return apply_table(base or SweepSpec(), _toml_loads(PRESETS[name], f"preset {name}"), f"preset {name}")
+
+
+# ----------------------------------------------------------------------------------------------- kernels
+
+
+def import_kernel_modules(modules: tuple[str, ...]) -> None:
+    """Import extra modules that register kernels (your own kernels, test doubles)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise InputError(f"cannot import kernel module {module!r}: {exc}") from None
+
+
+def selector_matches(selector: str, kernel: KernelSpec) -> bool:
+    """A selector is a family name (one of registry.FAMILIES) or a glob on the kernel name."""
+    if selector in FAMILIES:
+        return kernel.family == selector
+    return fnmatch.fnmatchcase(kernel.name, selector)
+
+
+def select_kernels(selectors: tuple[str, ...], kernels: Mapping[str, KernelSpec]) -> list[KernelSpec]:
+    """Kernels matching any selector, in registry-name order; a selector matching nothing is an error."""
+    for selector in selectors:
+        if not any(selector_matches(selector, kernel) for kernel in kernels.values()):
+            raise InputError(f"no kernel matches {selector!r} (see `tflabench kernels`)")
+    return [kernels[name] for name in sorted(kernels)
+            if any(selector_matches(selector, kernels[name]) for selector in selectors)]
+
+
+# ----------------------------------------------------------------------------------------------- expansion
+
+
+def expand(spec: SweepSpec, kernels: Mapping[str, KernelSpec]) -> list[Job]:
+    """All (kernel, point) jobs of the sweep, grouped by kernel. Invalid combinations are kept as jobs
+    with status skipped / unavailable and the reason, never dropped."""
+    jobs: list[Job] = []
+    for kernel in select_kernels(spec.kernels, kernels):
+        availability = _availability(kernel)
+        for point in kernel_points(spec.shape_for(kernel), spec.dtypes, spec.modes, kernel):
+            status, reason = _precheck(kernel, availability, point)
+            jobs.append(Job(kernel, point, status, reason, availability.version))
+    return jobs
+
+
+def kernel_points(shape: Shape, dtypes: tuple[str, ...], modes: tuple[str, ...],
+                  kernel: KernelSpec) -> list[SweepPoint]:
+    """The grid of points for one kernel (chunk_size None for kernels without a chunk parameter)."""
+    chunks = shape.chunk_size if kernel.uses_chunk_size else (None,)
+    points = []
+    for dtype, seq_len, head_dim_v in itertools.product(dtypes, shape.seq_len, shape.head_dim_v):
+        grid = itertools.product(_batches(shape, seq_len, kernel), _heads(shape, head_dim_v, kernel),
+                                 _head_dims_qk(shape, head_dim_v, kernel), chunks, modes)
+        points += [SweepPoint(batch, seq_len, heads, head_dim_qk, head_dim_v, chunk, dtype, mode)
+                   for batch, heads, head_dim_qk, chunk, mode in grid]
+    return list(dict.fromkeys(points))
+
+
+def _batches(shape: Shape, seq_len: int, kernel: KernelSpec) -> tuple[int, ...]:
+    if shape.tokens is None:
+        return shape.batch
+    if shape.tokens % seq_len:
+        raise InputError(f"tokens {shape.tokens} is not a multiple of seq_len {seq_len} "
+                         f"(kernel {kernel.name})")
+    return (shape.tokens // seq_len,)
+
+
+def _heads(shape: Shape, head_dim_v: int, kernel: KernelSpec) -> tuple[int, ...]:
+    if shape.embedding_dim is None:
+        return shape.heads
+    if shape.embedding_dim % head_dim_v:
+        raise InputError(f"embedding_dim {shape.embedding_dim} is not a multiple of head_dim_v {head_dim_v} "
+                         f"(kernel {kernel.name})")
+    return (shape.embedding_dim // head_dim_v,)
+
+
+def _head_dims_qk(shape: Shape, head_dim_v: int, kernel: KernelSpec) -> tuple[int, ...]:
+    if shape.qk_ratio is None:
+        return shape.head_dim_qk
+    head_dim_qk = shape.qk_ratio * head_dim_v
+    if head_dim_qk != int(head_dim_qk) or head_dim_qk < 1:
+        raise InputError(f"qk_ratio {shape.qk_ratio} x head_dim_v {head_dim_v} is not a positive integer "
+                         f"(kernel {kernel.name})")
+    return (int(head_dim_qk),)
+
+
+def _availability(kernel: KernelSpec) -> Availability:
+    try:
+        return kernel.availability()
+    except Exception as exc:  # a broken adapter must not stop the sweep
+        return Availability(False, f"availability check raised {type(exc).__name__}: {exc}")
+
+
+def _precheck(kernel: KernelSpec, availability: Availability, point: SweepPoint) -> tuple[str | None, str]:
+    """Decide without running whether a point is unavailable / skipped; (None, "") means run it."""
+    if not availability.available:
+        return "unavailable", availability.reason
+    if point.mode not in kernel.modes:
+        return "unavailable", kernel.mode_reasons.get(point.mode, f"mode {point.mode} not supported")
+    chunk = point.chunk_size
+    if chunk is not None and chunk > point.seq_len:
+        return "skipped", f"chunk size {chunk} is larger than seq_len {point.seq_len}"
+    if chunk is not None and point.seq_len % chunk:
+        return "skipped", f"seq_len {point.seq_len} is not a multiple of chunk size {chunk}"
+    try:
+        reason = kernel.unsupported(point)
+    except Exception as exc:
+        return "error", f"unsupported() raised {type(exc).__name__}: {exc}"
+    return ("skipped", reason) if reason else (None, "")
