@@ -15,5 +15,8 @@ sweep 'tflabench.*,torch.sdpa.*,mlstm_kernels.*' 200 90
 sweep 'fla.*,lightning_attn.*,mamba_ssm.*,retention.*' 140 60
 tail -60 "$out/sweep.txt"
 cp results/_scratch/fig4-s8192/results.csv results/_scratch/fig4-s8192/meta.json "$out/"
-timeout 90 python3 -m pytest -m gpu -q -p no:warnings tests/test_adapters_gpu.py -k "wrong" > "$out/pytest_wrong.txt" 2>&1
-tail -3 "$out/pytest_wrong.txt"
+for kernel in wrong.sdpa_flash_non_causal torch.sdpa.flash; do
+    echo "== $kernel" >> "$out/wrong_adapter.txt"
+    timeout 60 python3 -m tflabench.bench.adapters.isolated_checks "$kernel" bfloat16 cuda >> "$out/wrong_adapter.txt" 2>&1
+done
+cat "$out/wrong_adapter.txt"
