@@ -149,6 +149,11 @@ def test_selectors_match_globs_and_family_names():
         select_kernels(("fla.*",), kernels)
 
 
+def test_kernels_that_autotune_for_minutes_run_last():
+    kernels = registry(kernel("a.slow", first_call_s=300.0), kernel("b.fast"), kernel("c.fast"))
+    assert [k.name for k in select_kernels(("*",), kernels)] == ["b.fast", "c.fast", "a.slow"]
+
+
 def test_flags_override_preset_and_partner_axes_exclude_each_other():
     spec = build_spec("tfla-fig4", None, {"seq_len": "8192", "kernels": "tflabench.*"}, {"timeout": 60})
     assert spec.shape.seq_len == (8192,) and spec.shape.tokens == 65536

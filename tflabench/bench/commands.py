@@ -233,8 +233,9 @@ def _run_jobs(jobs: list[Job], context: _RunContext, writer, describe, advance) 
             advance()
         to_measure = {job.point: job for job in group if job.status is None}
         points = _points_in_budget(to_measure.values(), context, describe)
+        first_call_s = group[0].kernel.first_call_s if context.device == "cuda" else 0.0
         results = measure_kernel_points(
-            kernel_name, points, device=context.device, timeout_s=context.spec.timeout_s,
+            kernel_name, points, device=context.device, timeout_s=context.spec.timeout_s + first_call_s,
             warmup=context.spec.warmup, repeats=context.spec.repeats, modules=context.modules,
             log_path=context.run_dir / LOG_DIR / f"{kernel_name}.log")
         for point, measured in results:

@@ -92,6 +92,9 @@ class KernelSpec:
             reference.
         params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
         modes: the modes this kernel supports; a mode outside it is skipped with ``mode_reasons[mode]``.
+        first_call_s: typical first-call time on a GPU (compilation and autotuning), measured. The sweep
+            runs kernels with the smallest value first and adds it to the per-point time limit, so that a
+            peer that autotunes for minutes neither blocks the others nor times out by design.
     """
 
     name: str
@@ -106,6 +109,7 @@ class KernelSpec:
     params: dict = field(default_factory=dict)
     modes: tuple[str, ...] = MODES
     mode_reasons: dict = field(default_factory=dict)
+    first_call_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:

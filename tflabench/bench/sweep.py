@@ -431,12 +431,14 @@ def selector_matches(selector: str, kernel: KernelSpec) -> bool:
 
 
 def select_kernels(selectors: tuple[str, ...], kernels: Mapping[str, KernelSpec]) -> list[KernelSpec]:
-    """Kernels matching any selector, in registry-name order; a selector matching nothing is an error."""
+    """Kernels matching any selector, fastest first-call first, then by name; a selector matching nothing
+    is an error."""
     for selector in selectors:
         if not any(selector_matches(selector, kernel) for kernel in kernels.values()):
             raise InputError(f"no kernel matches {selector!r} (see `tflabench kernels`)")
-    return [kernels[name] for name in sorted(kernels)
-            if any(selector_matches(selector, kernels[name]) for selector in selectors)]
+    selected = [kernel for kernel in kernels.values()
+                if any(selector_matches(selector, kernel) for selector in selectors)]
+    return sorted(selected, key=lambda kernel: (kernel.first_call_s, kernel.name))
 
 
 # ----------------------------------------------------------------------------------------------- expansion

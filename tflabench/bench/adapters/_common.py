@@ -148,6 +148,7 @@ def peer_spec(
     check_point: SweepPoint = CHECK_POINT,
     params: dict | None = None,
     mode_reasons: dict | None = None,
+    first_call_s: float = 0.0,
 ) -> KernelSpec:
     """A `KernelSpec` whose inputs and reference check both come from ``mapping``.
 
@@ -158,6 +159,7 @@ def peer_spec(
     check_point: the size of the reference check (its dtype is the checked one; chunk_size is dropped when
     the chunk axis does not apply).
     mode_reasons: the modes this kernel refuses, with the reason.
+    first_call_s: typical compile + autotune time of the first call on a GPU (see `KernelSpec`).
     """
     make_neutral = neutral_inputs or family_inputs(family)
     if not uses_chunk_size:
@@ -185,6 +187,7 @@ def peer_spec(
         params=params or {},
         modes=tuple(mode for mode in MODES if mode not in mode_reasons),
         mode_reasons=mode_reasons,
+        first_call_s=first_call_s,
     )
 
 

@@ -131,17 +131,24 @@ def lightning_inputs(point: SweepPoint, device: torch.device) -> dict:
     return references.random_inputs("lightning", point, device, log_decay=log_decay, scale=scale)
 
 
+#: Compile + autotune time of the first call on an H200 with Triton 3.6 (results/fig4-s8192: no result
+#: within 120 s for chunk_gla, 60 s for the others; baselines.md §13 measured > 200 s for chunk_gla).
+FIRST_CALL_S = 300.0
+
+
 def _register() -> None:
     availability = peer_availability("fla.ops", DISTRIBUTION)
     refusal = gated_backward_refusal()
     register(peer_spec("fla.chunk_gla", "gla", GLA, availability, package=DISTRIBUTION, uses_chunk_size=False,
-                       unsupported=_seq_len_reason, params={"chunk_size": "64 (fixed inside FLA)"}))
+                       unsupported=_seq_len_reason, params={"chunk_size": "64 (fixed inside FLA)"},
+                       first_call_s=FIRST_CALL_S))
     register(peer_spec("fla.chunk_simple_gla", "simple_gla", SIMPLE_GLA, availability, package=DISTRIBUTION,
                        uses_chunk_size=True, unsupported=_chunk_reason,
-                       mode_reasons={"fwdbw": refusal} if refusal else None))
+                       mode_reasons={"fwdbw": refusal} if refusal else None, first_call_s=FIRST_CALL_S))
     register(peer_spec("fla.chunk_lightning_attn", "lightning", LIGHTNING, availability, package=DISTRIBUTION,
                        uses_chunk_size=True, unsupported=_chunk_reason, neutral_inputs=lightning_inputs,
-                       params={**LIGHTNING_LAYER, "cost_params": {"implementation": "fla"}}))
+                       params={**LIGHTNING_LAYER, "cost_params": {"implementation": "fla"}},
+                       first_call_s=FIRST_CALL_S))
 
 
 _register()
