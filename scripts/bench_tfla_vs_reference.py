@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -279,11 +280,14 @@ def main() -> None:
 
 
 def git_commit() -> str | None:
+    """The checkout's commit, or TFLABENCH_GIT_COMMIT on a copy without history (the GPU machine)."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        return commit.strip() or None
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
     except OSError:
-        return None
+        proc = None
+    if proc is not None and proc.returncode == 0:
+        return proc.stdout.strip()
+    return os.environ.get("TFLABENCH_GIT_COMMIT")
 
 
 def print_summary(rows) -> None:

@@ -245,6 +245,8 @@ def _cost(kernel: KernelSpec, point: SweepPoint):
 
 
 def _git_state() -> dict[str, Any]:
+    """Commit and dirty flag of the checkout; a copy without history (the GPU machine gets the working
+    tree only) reports the commit given in the environment variable TFLABENCH_GIT_COMMIT."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
@@ -254,7 +256,7 @@ def _git_state() -> dict[str, Any]:
     try:
         return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        return {"commit": os.environ.get("TFLABENCH_GIT_COMMIT"), "dirty": None}
 
 
 def _distribution_version(name: str) -> str:
