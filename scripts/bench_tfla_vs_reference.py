@@ -204,11 +204,26 @@ def run_reference_child(variant: str, chunk: int, mode: str) -> dict:
     return dict(status=f"crash (exit {proc.returncode})", reason=" | ".join(tail)[-300:])
 
 
+def check_reference(variant: str, chunk: int, seq_len=8192, heads=16) -> float:
+    """Relative error of the reference kernel's forward output (bf16, B = 1, real size) against our float64
+    chunkwise reference: the timings of a kernel are only compared once it computes the right function."""
+    from tflabench.kernels.mlstm.reference import mlstm_chunkwise
+
+    q, k, v, i, f = make_inputs("bhtd", 1, seq_len, heads, 128, 256, seed=1)
+    with torch.no_grad():
+        h = reference(variant, chunk)(q, k, v, i, f)
+        token_major = [x.transpose(1, 2).double() for x in (q, k, v, i, f)]
+        h_ref = mlstm_chunkwise(*token_major, variant=variant, chunk_size=256)
+    return rel_err(h.transpose(1, 2), h_ref)
+
+
 def child(spec: str) -> None:
     variant, chunk, mode = spec.split(",")
+    check = check_reference(variant, int(chunk)) if mode == "fwd" else None
+    torch.cuda.empty_cache()
     inputs = make_inputs("bhtd", **FIG4)
     result = measure(reference(variant, int(chunk)), inputs, mode)
-    print("RESULT " + json.dumps(dict(status="ok", **result)), flush=True)
+    print("RESULT " + json.dumps(dict(status="ok", check_rel_error=check, **result)), flush=True)
 
 
 def model_ms(variant: str, chunk: int, ceil: dict, mode: str) -> float | None:
