@@ -4,7 +4,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_CPU ?= torch==2.13.0
 WHEELS ?= wheels
 
-.PHONY: install install-dev install-offline test test-gpu demo lint
+.PHONY: install install-dev install-offline test test-gpu demo readme-plots lint
 
 install:
 	$(PIP) install -q $(TORCH_CPU) triton==3.6.0
@@ -23,8 +23,18 @@ test: install-dev
 test-gpu:
 	$(PYTHON) -m pytest -q -m gpu
 
+# The main job: analysis commands, a small sweep of our Triton kernels (CPU interpreter without a GPU),
+# its plots and report, under results/_scratch/demo/.
 demo: install
 	$(PYTHON) -m tflabench demo
+
+# The README's plots and the side-by-side report, from the committed H200 results (no GPU needed).
+readme-plots:
+	$(PYTHON) scripts/tfla_json_to_run.py
+	$(PYTHON) -m tflabench plot results/fig4-s8192 --kind runtime,roofline --format png --out results/demo/fig4-s8192
+	$(PYTHON) -m tflabench plot results/tfla-vs-reference/run --kind memory,model --format png \
+		--out results/demo/tfla-vs-reference
+	$(PYTHON) -m tflabench report results/tfla-vs-reference/run
 
 lint:
 	$(PYTHON) -m ruff check tflabench tests

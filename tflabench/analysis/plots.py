@@ -592,9 +592,10 @@ def plot_runtime_vs_memory(run: Run) -> Figure:
     Every point is labelled with its chunk size; a ring marks the measured optimum and a star the
     theoretical optimum (runnable L from Eq. 121 with the run's ceilings) when it was measured.
     """
-    sweeps = chunk_sweeps(run)
+    sweeps = [sweep for sweep in chunk_sweeps(run) if sweep.rows["peak_mem_mib"].notna().sum() >= 2]
     if not sweeps:
-        raise NoDataError("no kernel configuration of this run was measured at two or more chunk sizes")
+        raise NoDataError("no kernel configuration of this run has a peak memory at two or more chunk sizes "
+                          "(CPU-interpreter runs measure none)")
     optima = {id(optimum.sweep): optimum for optimum in chunk_optima(run, sweeps)}
     colors = kernel_colors(run.table)
     modes = [mode for mode in MODES if any(sweep.mode == mode for sweep in sweeps)]
