@@ -80,7 +80,8 @@ def plot_command(
 
 
 def report_command(run: RunArgument, baseline: BaselineOption = None) -> None:
-    """Write results/<run>/report.md: speed-up tables, plots, failures with reasons and provenance."""
+    """Write results/<run>/report.md: speed-up tables, the TFLA paper's published numbers next to the run's,
+    plots, failures with reasons and provenance."""
     from tflabench.analysis.report import write_report
 
     typer.echo(f"wrote {write_report(run, baseline)}")

@@ -2,8 +2,9 @@
 
 Sections: a summary line, the provenance block from meta.json, runtime and speed-up tables against a
 baseline kernel per mode and sequence length, measured vs theoretical optimal chunk size (mLSTM chunk
-sweeps), the plots (rendered into ``results/<run>/plots/`` and linked relatively), and every row that was
-not measured with its status and reason. Rows with status ``failed_check`` computed the wrong function:
+sweeps), the comparison with the TFLA paper's published H100 numbers (`paper_numbers`), the plots
+(rendered into ``results/<run>/plots/`` and linked relatively), and every row that was not measured with
+its status and reason. Rows with status ``failed_check`` computed the wrong function:
 they are listed, never ranked.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tflabench.analysis import paper_numbers
 from tflabench.analysis.plots import (
     PLOT_KINDS,
     Rendered,
@@ -86,6 +88,8 @@ def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
         speedup_markdown(run, baseline),
         "## Chunk size: measured and theoretical optimum",
         chunk_optimum_markdown(run),
+        "## Comparison with the TFLA paper (H100)",
+        paper_comparison_markdown(run),
         "## Plots",
         plots_markdown(run, rendered),
         "## Not measured: failures, unavailable and skipped points",
@@ -244,6 +248,101 @@ def chunk_optimum_markdown(run: Run) -> str:
         "model ms at measured L (measured/model)",
     ]
     return source + "\n\n" + _table(header, rows)
+
+
+def paper_comparison_markdown(run: Run) -> str:
+    """Measured / published runtime per paper figure with the differences, and the published peak memory;
+    notes that hold for every compared row are listed once above the tables."""
+    versions = run.meta.get("versions")
+    triton = versions.get("triton") if isinstance(versions, dict) else None
+    comparison = paper_numbers.paper_comparison(run.table, triton)
+    if comparison.empty:
+        return (
+            "No measured row of this run matches a configuration the TFLA paper published "
+            f"({paper_numbers.DOCUMENT} §9): kernel, mode, bfloat16, batch, sequence length, heads and head "
+            "dims, and for the mLSTM kernels the chunk size."
+        )
+    notes = comparison["difference"].map(_note_parts)
+    common = [part for part in notes.iloc[0] if all(part in row for row in notes)]
+    not_compared = [f"{kernel.label}: {kernel.note}." for kernel in paper_numbers.PAPER_KERNELS
+                    if not kernel.kernels]
+    parts = [
+        f"Published: {paper_numbers.DOCUMENT} §9 ({paper_numbers.PAPER_GPU}, PyTorch 2.5.1, Triton "
+        f"{paper_numbers.PAPER_TRITON}, bf16). Cells: measured / published median ms and, in parentheses, "
+        "their ratio (< 1×: this run is faster). Rows match on kernel, mode, batch, sequence length, heads "
+        "and head dims, and for the mLSTM kernels the chunk size.",
+        "\n".join(f"- {note}" for note in [*common, *paper_numbers.METHOD_NOTES, *not_compared]),
+    ]
+    for figure, rows in comparison.groupby("figure", sort=False):
+        spec = paper_numbers.FIGURES[figure]
+        parts += [f"### {figure}: {spec.title}", _paper_figure_table(rows, spec.axis, set(common))]
+    parts += ["### Peak memory (GB)", _paper_memory_table(comparison)]
+    return "\n\n".join(parts)
+
+
+def _note_parts(difference: str) -> list[str]:
+    return [part for part in difference.split(paper_numbers.NOTE_SEPARATOR) if part]
+
+
+def _axis_label(axis: str, value: float) -> str:
+    """Column heading of a paper figure's axis value: T=8k, L=128, d=64."""
+    return {"seq_len": f"T={count_label(value)}", "chunk_size": f"L={value:g}"}.get(axis, f"d={value:g}")
+
+
+def _paper_row_label(row: pd.Series, axis: str) -> str:
+    """The paper's kernel name, with its chunk size where the chunk size is not the figure's axis."""
+    label = row["paper_kernel"]
+    if axis != "chunk_size" and pd.notna(row["paper_chunk_size"]):
+        label += f" L={int(row['paper_chunk_size'])}"
+    return label
+
+
+def _paper_figure_table(rows: pd.DataFrame, axis: str, common: set[str]) -> str:
+    """One table row per (paper kernel, kernel, mode), one column per value of the figure's axis (the
+    fastest measured row where several match), and the notes not in ``common``."""
+    values = sorted(rows[axis].unique())
+    labels = rows.apply(_paper_row_label, axis=1, args=(axis,))
+    table_rows = []
+    for (label, kernel, mode), group in rows.groupby([labels, "kernel", "mode"], sort=False):
+        fastest = group.loc[group.groupby(axis)["measured_ms"].idxmin()].set_index(axis)
+        cells = [_paper_cell(fastest.loc[value]) if value in fastest.index else "–" for value in values]
+        parts = (part for text in group["difference"] for part in _note_parts(text))
+        notes = dict.fromkeys(part for part in parts if part not in common)
+        table_rows.append([label, kernel, mode, *cells, "; ".join(notes) or "–"])
+    header = ["paper kernel", "kernel", "mode", *(_axis_label(axis, value) for value in values)]
+    return _table([*header, "differences"], table_rows)
+
+
+def _paper_cell(row: pd.Series) -> str:
+    return f"{row['measured_ms']:.2f} / {row['published_ms']:.2f} ({row['ratio']:.2f}×)"
+
+
+def _paper_memory_table(comparison: pd.DataFrame) -> str:
+    """The run's incremental peak next to the paper's absolute peak, where the paper gives one."""
+    rows = comparison[comparison["published_peak_gb"].notna()]
+    if rows.empty:
+        return "The paper publishes no peak memory for the compared points."
+    table_rows = [
+        [
+            row.figure,
+            row.paper_kernel,
+            row.kernel,
+            row.mode,
+            _shape_label(row),
+            f"{row.measured_peak_gb:.2f}" if pd.notna(row.measured_peak_gb) else "–",
+            f"{row.published_peak_gb:.2f}",
+        ]
+        for row in rows.itertuples()
+    ]
+    header = ["figure", "paper kernel", "kernel", "mode", "shape", "measured (incremental)"]
+    return _table([*header, "published (absolute)"], table_rows)
+
+
+def _shape_label(row) -> str:
+    """``16×128/256 T=8k B=8 L=128`` of a comparison row."""
+    label = dims_label(row.heads, row.head_dim_qk, row.head_dim_v)
+    label += f" T={count_label(row.seq_len)} B={int(row.batch)}"
+    return label + (f" L={int(row.chunk_size)}" if pd.notna(row.chunk_size) else "")
 
 
 def plots_markdown(run: Run, rendered: Rendered) -> str:
