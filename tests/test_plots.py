@@ -80,16 +80,16 @@ def test_runtime_plot_draws_each_configuration_and_lists_what_was_not_measured(r
     fig = plots.plot_runtime_vs_seqlen(run)
     labels = _legend_labels(fig)
     assert "tflabench.mlstm_sig.xl_chunk  16×128/256  L=128" in labels
-    assert "torch.sdpa_cudnn  32×128" in labels
+    assert "torch.sdpa.cudnn  32×128" in labels
     assert not any("8×256/512" in label for label in labels)  # single-T chunk sweeps go to other figures
     forward = fig.subfigs[0].axes[0]
-    cudnn = next(line for line in forward.get_lines() if line.get_label() == "torch.sdpa_cudnn  32×128")
-    expected = run.measured.query("kernel == 'torch.sdpa_cudnn' and mode == 'fwd'").sort_values("seq_len")
+    cudnn = next(line for line in forward.get_lines() if line.get_label() == "torch.sdpa.cudnn  32×128")
+    expected = run.measured.query("kernel == 'torch.sdpa.cudnn' and mode == 'fwd'").sort_values("seq_len")
     np.testing.assert_allclose(cudnn.get_ydata(), expected["time_ms"])
     note = _figure_text(fig)
     assert "mlstm_kernels.mlstm_exp.xl_chunk 16×128/256 [fwd, fwdbw] crash: worker died with SIGABRT" in note
     assert "fla.chunk_gla 16×128/256 [fwd, fwdbw] timeout" in note
-    assert "flash_attn.fa3 32×128 [fwd, fwdbw] unavailable" in note
+    assert "flash_attn_interface.fa3 32×128 [fwd, fwdbw] unavailable" in note
     assert "lightning_attn.lightning_attn2 32×128 [fwd, fwdbw] failed_check" in note
 
 

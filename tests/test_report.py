@@ -17,7 +17,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "h200_small"
 SECTIONS = (
     "# tflabench report: h200-small",
     "## Provenance",
-    "## Runtime and speed-up against `torch.sdpa_cudnn`",
+    "## Runtime and speed-up against `torch.sdpa.cudnn`",
     "### fwd",
     "### fwdbw",
     "## Chunk size: measured and theoretical optimum",
@@ -77,9 +77,9 @@ def test_speedups_are_baseline_time_over_kernel_time(written, table):
     cells = _row(text, "### fwd", "tflabench.mlstm_sig.xl_chunk 16×128/256 L=128")
     for cell, seq_len in zip(cells[1:], (2048, 4096, 8192, 16384), strict=True):
         ours = _time(table, "tflabench.mlstm_sig.xl_chunk", "fwd", seq_len, heads=16)
-        speedup = _time(table, "torch.sdpa_cudnn", "fwd", seq_len) / ours
+        speedup = _time(table, "torch.sdpa.cudnn", "fwd", seq_len) / ours
         assert cell == f"**{ours:.2f}** ({speedup:.2f}×)"  # the fastest kernel of the fixture: bold
-    baseline = _row(text, "### fwdbw", "torch.sdpa_cudnn 32×128")
+    baseline = _row(text, "### fwdbw", "torch.sdpa.cudnn 32×128")
     assert all(cell.endswith("(1.00×)") for cell in baseline[1:])
 
 
@@ -117,10 +117,10 @@ def test_every_plot_is_linked_relative_to_the_run_directory(written):
 
 def test_baseline_option_and_default_choice(table):
     run = plots.load_run(FIXTURE)
-    assert report.choose_baseline(run, None) == "torch.sdpa_cudnn"
-    text = report.report_markdown(run, "torch.sdpa_flash", plots.Rendered())
-    cells = _row(text, "### fwd", "torch.sdpa_cudnn 32×128")
-    speedup = _time(table, "torch.sdpa_flash", "fwd", 8192) / _time(table, "torch.sdpa_cudnn", "fwd", 8192)
+    assert report.choose_baseline(run, None) == "torch.sdpa.cudnn"
+    text = report.report_markdown(run, "torch.sdpa.flash", plots.Rendered())
+    cells = _row(text, "### fwd", "torch.sdpa.cudnn 32×128")
+    speedup = _time(table, "torch.sdpa.flash", "fwd", 8192) / _time(table, "torch.sdpa.cudnn", "fwd", 8192)
     assert cells[3].endswith(f"({speedup:.2f}×)")
 
 
@@ -128,14 +128,15 @@ def test_report_without_meta_json_says_provenance_is_unknown(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "run")
     (tmp_path / "run" / "meta.json").unlink()
     run = plots.load_run(tmp_path / "run")
-    assert "No meta.json" in report.report_markdown(run, "torch.sdpa_cudnn", plots.Rendered())
+    assert "No meta.json" in report.report_markdown(run, "torch.sdpa.cudnn", plots.Rendered())
 
 
 @pytest.mark.parametrize(
     ("baseline", "message"),
     [
         ("torch.sdpa_nope", "baseline 'torch.sdpa_nope' is not a kernel of run h200-small"),
-        ("flash_attn.fa3", "'flash_attn.fa3' has no measured row in run h200-small (status: unavailable)"),
+        ("flash_attn_interface.fa3",
+         "'flash_attn_interface.fa3' has no measured row in run h200-small (status: unavailable)"),
     ],
 )
 def test_report_command_bad_baseline_is_one_line_and_exit_2(capsys, baseline, message):
@@ -155,4 +156,4 @@ def test_a_run_where_nothing_was_measured_still_gets_a_report(tmp_path):
     assert report.choose_baseline(run, None) is None
     text = report.report_markdown(run, None, plots.Rendered())
     assert "## Runtime and speed-up\n\nNo row of this run was measured" in text
-    assert "| torch.sdpa_cudnn | 32×128 | fwd, fwdbw | unavailable | 2k, 4k, 8k, 16k | – | no CUDA" in text
+    assert "| torch.sdpa.cudnn | 32×128 | fwd, fwdbw | unavailable | 2k, 4k, 8k, 16k | – | no CUDA" in text
