@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tflabench.analysis import paper_numbers, plots, report
+from tflabench.analysis import paper_numbers, plots, report, run_data
 from tflabench.analysis.paper_numbers import (
     CUDNN_FA2,
     FA3,
@@ -310,7 +310,7 @@ def test_report_section_sits_between_the_chunk_size_and_plot_sections(h100_repor
 
 def test_report_cells_are_measured_over_published_with_the_ratio(h100_report):
     section = section_of(h100_report)
-    table = plots.load_run(H100_RUN).table
+    table = run_data.load_run(H100_RUN).table
     header = figure_row(section, "Fig. 4", "paper kernel", "kernel", "mode")
     assert header[3:] == ["T=512", "T=8k", "differences"]
     sig = "mLSTMsig (TFLA xl_chunk) L=128", "tflabench.mlstm_sig.xl_chunk"
@@ -342,7 +342,7 @@ def test_report_notes_differences_per_row_and_leaves_out_what_does_not_match(h10
 
 
 def test_report_lists_notes_common_to_every_row_once():
-    section = report.paper_comparison_markdown(plots.load_run(H200_RUN))
+    section = report.paper_comparison_markdown(run_data.load_run(H200_RUN))
     gpu_note = "- NVIDIA H200 (989 TFLOP/s bf16, 4.80 TB/s) here, NVIDIA H100 80GB (989 TFLOP/s bf16, 3.35"
     assert section.count(gpu_note) == 1 and section.count("4.80 TB/s") == 1
     # the fixture's SDPA rows (torch kernels, no Triton) match too, so the Triton note is per row
@@ -357,6 +357,6 @@ def test_report_says_so_in_one_line_when_nothing_matches(tmp_path):
     table = pd.read_csv(tmp_path / "run" / "results.csv", dtype=str)
     table["dtype"] = "float32"
     table.to_csv(tmp_path / "run" / "results.csv", index=False)
-    text = report.report_markdown(plots.load_run(tmp_path / "run"), None, plots.Rendered())
+    text = report.report_markdown(run_data.load_run(tmp_path / "run"), None, plots.Rendered())
     body = section_of(text).strip()
     assert body.startswith("No measured row of this run matches") and "\n" not in body

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from tflabench.analysis import hardware, optimal_chunk, plots
+from tflabench.analysis import hardware, optimal_chunk, plots, run_data
 from tflabench.analysis.plot_commands import PLOT_KIND_NAMES
 from tflabench.bench.schema import COLUMNS
 from tflabench.cli import main
@@ -27,8 +27,8 @@ MEASURED_FLOPS, MEASURED_BANDWIDTH = 801e12, 4.3e12  # the fixture's meta.json c
 
 
 @pytest.fixture(scope="module")
-def run() -> plots.Run:
-    return plots.load_run(FIXTURE)
+def run() -> run_data.Run:
+    return run_data.load_run(FIXTURE)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def _figure_text(fig) -> str:
     return "\n".join(text.get_text() for text in fig.texts)
 
 
-def _sweep_rows(run: plots.Run, kernel: str, mode: str) -> pd.DataFrame:
+def _sweep_rows(run: run_data.Run, kernel: str, mode: str) -> pd.DataFrame:
     rows = run.measured[(run.measured["kernel"] == kernel) & (run.measured["mode"] == mode)]
     return rows[rows["heads"] == 8].sort_values("chunk_size")
 
@@ -148,7 +148,7 @@ def test_model_plot_is_flops_over_alpha_plus_bytes_over_beta_with_measured_ceili
 
 
 def test_kinds_without_data_are_skipped_with_the_reason_or_refused_when_named(tmp_path):
-    run = plots.load_run(_copy_fixture(tmp_path, keep=lambda table: table["heads"] != "8"))
+    run = run_data.load_run(_copy_fixture(tmp_path, keep=lambda table: table["heads"] != "8"))
     rendered = plots.render(run, plots.PLOT_KINDS, tmp_path / "plots", ("png",))
     assert set(rendered.skipped) == {"memory", "model"}
     assert "two or more chunk sizes" in rendered.skipped["memory"]
@@ -162,8 +162,8 @@ def test_a_cpu_interpreter_run_has_no_gpu_roofs_and_no_model(tmp_path):
     table = pd.read_csv(run_dir / "results.csv", dtype=str)
     table["device"], table["gpu"] = "cpu-interpreter", ""
     table.to_csv(run_dir / "results.csv", index=False)
-    run = plots.load_run(run_dir)
-    assert plots.run_ceilings(run) == {}
+    run = run_data.load_run(run_dir)
+    assert run_data.run_ceilings(run) == {}
     lines = plots.plot_roofline(run).subfigs[0].axes[0].get_lines()
     roofs = [line.get_label() for line in lines if "TFLOP/s," in line.get_label()]
     assert len(roofs) == 2 and all("datasheet" in label for label in roofs)
@@ -189,15 +189,15 @@ def test_bad_run_input_is_one_input_error(tmp_path, setup, message):
     run_dir = _copy_fixture(tmp_path)
     setup(run_dir)
     with pytest.raises(InputError, match=message):
-        plots.load_run(run_dir)
+        run_data.load_run(run_dir)
 
 
 def test_a_half_written_last_row_is_left_out(tmp_path):
     run_dir = _copy_fixture(tmp_path)
-    complete = len(plots.load_run(run_dir).table)
+    complete = len(run_data.load_run(run_dir).table)
     with open(run_dir / "results.csv", "a") as handle:
         handle.write("h200-small,tflabench.mlstm_sig.xl_chunk,mlstm_sig,0.1.0,cuda,NVIDIA H200,8,81")
-    assert len(plots.load_run(run_dir).table) == complete
+    assert len(run_data.load_run(run_dir).table) == complete
 
 
 def test_plot_command_writes_the_requested_kinds_and_formats(tmp_path, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tflabench.analysis import hardware, optimal_chunk, plots, report
+from tflabench.analysis import hardware, optimal_chunk, plots, report, run_data
 from tflabench.cli import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200_small"
@@ -37,7 +37,7 @@ def written(tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
-    return plots.load_run(FIXTURE).table
+    return run_data.load_run(FIXTURE).table
 
 
 def _row(text: str, section: str, label: str) -> list[str]:
@@ -116,7 +116,7 @@ def test_every_plot_is_linked_relative_to_the_run_directory(written):
 
 
 def test_baseline_option_and_default_choice(table):
-    run = plots.load_run(FIXTURE)
+    run = run_data.load_run(FIXTURE)
     assert report.choose_baseline(run, None) == "torch.sdpa.cudnn"
     text = report.report_markdown(run, "torch.sdpa.flash", plots.Rendered())
     cells = _row(text, "### fwd", "torch.sdpa.cudnn 32×128")
@@ -127,7 +127,7 @@ def test_baseline_option_and_default_choice(table):
 def test_report_without_meta_json_says_provenance_is_unknown(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "run")
     (tmp_path / "run" / "meta.json").unlink()
-    run = plots.load_run(tmp_path / "run")
+    run = run_data.load_run(tmp_path / "run")
     assert "No meta.json" in report.report_markdown(run, "torch.sdpa.cudnn", plots.Rendered())
 
 
@@ -152,7 +152,7 @@ def test_a_run_where_nothing_was_measured_still_gets_a_report(tmp_path):
     table = pd.read_csv(tmp_path / "run" / "results.csv", dtype=str)
     table["status"], table["reason"] = "unavailable", "no CUDA device (torch.cuda.is_available() is False)"
     table.to_csv(tmp_path / "run" / "results.csv", index=False)
-    run = plots.load_run(tmp_path / "run")
+    run = run_data.load_run(tmp_path / "run")
     assert report.choose_baseline(run, None) is None
     text = report.report_markdown(run, None, plots.Rendered())
     assert "## Runtime and speed-up\n\nNo row of this run was measured" in text

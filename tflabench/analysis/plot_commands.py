@@ -68,9 +68,9 @@ def plot_command(
     """Draw the TFLA-paper figures of a benchmark run as PNG and/or SVG."""
     kinds, strict = parse_kinds(kind or [])
     chosen_formats = parse_formats(formats)
-    from tflabench.analysis import plots
+    from tflabench.analysis import plots, run_data
 
-    loaded = plots.load_run(run)
+    loaded = run_data.load_run(run)
     rendered = plots.render(loaded, kinds, out or loaded.directory / "plots", chosen_formats, strict=strict)
     for paths in rendered.files.values():
         for path in paths:

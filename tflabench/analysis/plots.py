@@ -1,7 +1,7 @@
 """Figures of a tflabench run, after the kernel-benchmark and roofline figures of the TFLA paper.
 
-The input is a `Run`: the results table `results/<run>/results.csv` (columns
-`tflabench.bench.schema.COLUMNS`, one row per kernel x sweep point) and the run's `meta.json`. Every
+The input is a `Run` as `tflabench.analysis.run_data.load_run` reads it (``results/<run>/results.csv``
+and ``meta.json``; the chunk sweeps, optima and ceilings derived from it are in `run_data` too). Every
 ``plot_*`` function returns a matplotlib `Figure` on the Agg canvas (no pyplot, no global state) drawn in
 the module's one style (`STYLE`); `render` saves the figures of the requested kinds as PNG and/or SVG.
 
@@ -24,8 +24,6 @@ need it.
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +37,26 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from tflabench.analysis.run_data import (
+    CAUSAL_FACTOR,
+    STATE_BYTES,
+    ChunkOptimum,
+    ChunkSweep,
+    Run,
+    ceilings_label,
+    chunk_optima,
+    chunk_sweeps,
+    config_label,
+    count_label,
+    device_label,
+    model_ceilings,
+    modes_of,
+    not_measured,
+    run_ceilings,
+    run_dtype,
+    run_gpu,
+)
 from tflabench.bench.registry import MODES
-from tflabench.bench.schema import COLUMNS, STATUSES
 from tflabench.errors import InputError
 
 PLOT_FORMATS = ("png", "svg")
@@ -79,126 +95,14 @@ LEGEND_TITLE = "kernel   heads×d_qk/d_v   chunk L"
 CHUNK_FIGURE_GPUS = ("v100", "a100", "h100", "h200", "b200")
 #: Reference roofs drawn on every roofline (Fig. 19), besides the run's own GPU.
 REFERENCE_ROOF_GPUS = ("h100", "a100")
-STATE_BYTES = 4
-CAUSAL_FACTOR = 0.5
 MAX_NOTE_LINES = 14
-
-TEXT_COLUMNS = tuple("run kernel family version device gpu dtype mode status reason params timestamp".split())
-SWEEP_KEYS = ("kernel", "family", "batch", "seq_len", "heads", "head_dim_qk", "head_dim_v", "dtype", "mode")
 
 
 class NoDataError(InputError):
     """The run has no rows that a requested plot can show (the message says which rows are needed)."""
 
 
-# ---------------------------------------------------------------------------------------------- run input
-
-
-@dataclass(frozen=True, eq=False)
-class Run:
-    """One benchmark run: its results table (schema.COLUMNS, one row per kernel x point) and meta.json.
-
-    ``directory`` is where results.csv lives; the report and the default plot folder go there.
-    """
-
-    name: str
-    directory: Path
-    table: pd.DataFrame
-    meta: dict
-
-    @property
-    def measured(self) -> pd.DataFrame:
-        """Rows with status ok and a positive median time: the only rows that are ranked or plotted."""
-        table = self.table
-        return table[(table["status"] == "ok") & (table["time_ms"] > 0)]
-
-
-def load_run(path: str | Path) -> Run:
-    """Read ``results/<run>/`` (or a results CSV, with the meta.json next to it if there is one).
-
-    Raises InputError for a missing path, an empty table, missing columns or unknown status values.
-    """
-    path = Path(path)
-    if path.is_dir():
-        csv_path = path / "results.csv"
-    elif path.is_file() and path.suffix == ".csv":
-        csv_path = path
-    else:
-        raise InputError(f"{path}: no such run directory or results CSV")
-    if not csv_path.is_file():
-        raise InputError(f"{path}: no results.csv in this directory (expected results/<run>/results.csv)")
-    table = _read_table(csv_path)
-    meta = _read_meta(csv_path.parent / "meta.json")
-    name = str(meta.get("run") or table["run"].iloc[0] or csv_path.parent.name)
-    return Run(name=name, directory=csv_path.parent, table=table, meta=meta)
-
-
-def _read_table(csv_path: Path) -> pd.DataFrame:
-    """The table with text columns as str ("" when empty) and the others numeric (NaN when empty).
-
-    A last line without newline (a sweep still writing, or killed mid-row) is left out.
-    """
-    text = csv_path.read_text(errors="replace")
-    if not text.strip():
-        raise InputError(f"{csv_path}: empty file, not a results table")
-    if not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1] or text
-    try:
-        table = pd.read_csv(io.StringIO(text), dtype={column: str for column in TEXT_COLUMNS})
-    except pd.errors.ParserError as exc:
-        raise InputError(f"{csv_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    missing = [column for column in COLUMNS if column not in table.columns]
-    if missing:
-        raise InputError(f"{csv_path}: not a results table, missing columns: {', '.join(missing)}")
-    if table.empty:
-        raise InputError(f"{csv_path}: the results table has no rows")
-    for column in COLUMNS:
-        if column in TEXT_COLUMNS:
-            table[column] = table[column].fillna("").astype(str)
-        else:
-            table[column] = pd.to_numeric(table[column], errors="coerce")
-    unknown = sorted(set(table["status"]) - set(STATUSES))
-    if unknown:
-        raise InputError(f"{csv_path}: unknown status values {unknown} (known: {', '.join(STATUSES)})")
-    return table
-
-
-def _read_meta(meta_path: Path) -> dict:
-    if not meta_path.is_file():
-        return {}
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{meta_path}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict):
-        raise InputError(f"{meta_path}: expected a JSON object")
-    return meta
-
-
-# ------------------------------------------------------------------------------------ labels and series
-
-
-def dims_label(heads: float, head_dim_qk: float, head_dim_v: float) -> str:
-    """``16×128/256`` (heads × d_qk/d_v), or ``32×128`` when d_qk == d_v."""
-    heads, head_dim_qk, head_dim_v = int(heads), int(head_dim_qk), int(head_dim_v)
-    if head_dim_qk == head_dim_v:
-        return f"{heads}×{head_dim_qk}"
-    return f"{heads}×{head_dim_qk}/{head_dim_v}"
-
-
-def config_label(row: pd.Series, with_chunk: bool = True) -> str:
-    """Legend label of one row's kernel configuration: kernel, heads × dims and (if any) chunk size."""
-    label = f"{row['kernel']}  {dims_label(row['heads'], row['head_dim_qk'], row['head_dim_v'])}"
-    if with_chunk and pd.notna(row["chunk_size"]):
-        label += f"  L={int(row['chunk_size'])}"
-    return label
-
-
-def count_label(value: float, _position: object = None) -> str:
-    """Tick label for token counts and sizes: 512, 2k, 64k."""
-    if value >= 1024 and value % 1024 == 0:
-        return f"{int(value) // 1024}k"
-    return f"{value:g}"
+# ------------------------------------------------------------------------------------ figure helpers
 
 
 def kernel_colors(table: pd.DataFrame) -> dict[str, tuple]:
@@ -206,225 +110,6 @@ def kernel_colors(table: pd.DataFrame) -> dict[str, tuple]:
     palette = matplotlib.colormaps["tab10"].colors + matplotlib.colormaps["Dark2"].colors
     kernels = sorted(set(table["kernel"]))
     return {kernel: palette[index % len(palette)] for index, kernel in enumerate(kernels)}
-
-
-def modes_of(table: pd.DataFrame) -> list[str]:
-    """Modes present in the table, in MODES order."""
-    present = set(table["mode"])
-    return [mode for mode in MODES if mode in present]
-
-
-@dataclass(frozen=True, eq=False)
-class ChunkSweep:
-    """Measured rows of one kernel configuration at two or more chunk sizes, sorted by chunk size."""
-
-    kernel: str
-    family: str
-    batch: int
-    seq_len: int
-    heads: int
-    head_dim_qk: int
-    head_dim_v: int
-    dtype: str
-    mode: str
-    rows: pd.DataFrame
-
-    @property
-    def label(self) -> str:
-        dims = dims_label(self.heads, self.head_dim_qk, self.head_dim_v)
-        return f"{self.kernel}  {dims}  T={count_label(self.seq_len)} B={self.batch}"
-
-    @property
-    def best(self) -> pd.Series:
-        """The measured row with the smallest median time."""
-        return self.rows.loc[self.rows["time_ms"].idxmin()]
-
-
-def chunk_sweeps(run: Run) -> list[ChunkSweep]:
-    """Every kernel configuration of the run measured at two or more chunk sizes."""
-    measured = run.measured[run.measured["chunk_size"].notna()]
-    sweeps = []
-    for key, rows in measured.groupby(list(SWEEP_KEYS), sort=True):
-        rows = rows.sort_values("chunk_size").drop_duplicates("chunk_size")
-        if len(rows) < 2:
-            continue
-        values = dict(zip(SWEEP_KEYS, key, strict=True))
-        for name in ("batch", "seq_len", "heads", "head_dim_qk", "head_dim_v"):
-            values[name] = int(values[name])
-        sweeps.append(ChunkSweep(**values, rows=rows))
-    return sweeps
-
-
-# ------------------------------------------------------------------------------------------- ceilings
-
-
-def run_gpu(run: Run):
-    """The hardware-DB GPU the run used, or None (CPU interpreter, or a GPU the DB does not know).
-
-    Looked up from meta.json's ``ceilings.gpu_key``, else from the GPU names of the table's gpu column.
-    """
-    from tflabench.analysis import hardware
-
-    recorded = run.meta.get("ceilings")
-    gpu_key = recorded.get("gpu_key") if isinstance(recorded, dict) else None
-    if gpu_key:
-        try:
-            return hardware.get_gpu(str(gpu_key))
-        except InputError:
-            pass
-    for name in dict.fromkeys(name for name in run.table["gpu"] if name):
-        gpu = hardware.gpu_from_device_name(name)
-        if gpu is not None:
-            return gpu
-    return None
-
-
-def run_dtype(run: Run) -> str:
-    """The dtype most rows of the run used."""
-    dtypes = run.table["dtype"][run.table["dtype"] != ""]
-    return str(dtypes.mode().iloc[0]) if not dtypes.empty else "bfloat16"
-
-
-def run_ceilings(run: Run) -> dict:
-    """The run GPU's ceilings for the run's dtype: ``{"datasheet": Ceilings, "measured": Ceilings}``,
-    each only when known.
-
-    meta.json's ``ceilings.<dtype>`` come first (those the sweep used); otherwise the hardware DB entry of
-    the run's GPU and, for bfloat16 (the calibration measures a bf16 matmul), its stored calibration.
-    """
-    from tflabench.analysis import hardware
-
-    dtype = run_dtype(run)
-    recorded = run.meta.get("ceilings")
-    by_kind = recorded.get(dtype) if isinstance(recorded, dict) else None
-    ceilings = {}
-    for kind in ("datasheet", "measured"):
-        entry = by_kind.get(kind) if isinstance(by_kind, dict) else None
-        if isinstance(entry, dict) and entry.get("flops") and entry.get("bandwidth"):
-            source = str(entry.get("source") or kind)
-            ceilings[kind] = hardware.Ceilings(float(entry["flops"]), float(entry["bandwidth"]), source)
-    gpu = run_gpu(run)
-    if gpu is not None and "datasheet" not in ceilings:
-        ceilings["datasheet"] = hardware.datasheet_ceilings(gpu, dtype)
-    if gpu is not None and "measured" not in ceilings and dtype == "bfloat16":
-        measured = hardware.load_measured_ceilings(gpu.key)
-        if measured is not None:
-            ceilings["measured"] = measured
-    return ceilings
-
-
-def model_ceilings(run: Run):
-    """Ceilings for the runtime model and the theoretical optimum: measured if known, else datasheet."""
-    ceilings = run_ceilings(run)
-    return ceilings.get("measured") or ceilings.get("datasheet")
-
-
-def ceilings_label(ceilings) -> str:
-    return f"{ceilings.flops / 1e12:.0f} TFLOP/s, {ceilings.bandwidth / 1e12:.2f} TB/s"
-
-
-# ------------------------------------------------------------------------------------- chunk optima
-
-
-@dataclass(frozen=True, eq=False)
-class ChunkOptimum:
-    """Measured optimum of one chunk sweep next to the theoretical one (mLSTM families only).
-
-    theory_chunk is the continuous L* (Eq. 121 / §11.3), runnable_chunk the chunk size our kernels can
-    run chosen from it (with the analysis layer's reason); both None when no ceilings are known.
-    """
-
-    sweep: ChunkSweep
-    measured_chunk: int
-    measured_ms: float
-    theory_chunk: float | None
-    runnable_chunk: int | None
-    reason: str
-    ceilings: object | None
-
-
-def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[ChunkOptimum]:
-    """Measured and theoretical optimal chunk size of every mLSTM chunk sweep of the run."""
-    from tflabench.analysis import models, optimal_chunk
-
-    ceilings = model_ceilings(run)
-    optima = []
-    for sweep in chunk_sweeps(run) if sweeps is None else sweeps:
-        variant = models.MLSTM_VARIANTS.get(sweep.family)
-        if variant is None:
-            continue
-        best = sweep.best
-        theory, runnable, reason = None, None, f"no GPU ceilings known for {device_label(sweep.rows)}"
-        if ceilings is not None:
-            ratio = sweep.head_dim_qk / sweep.head_dim_v
-            theory = optimal_chunk.runtime_optimal_chunk(
-                variant,
-                ceilings,
-                sweep.head_dim_v,
-                ratio,
-                state_bytes=STATE_BYTES,
-                causal_factor=CAUSAL_FACTOR,
-            )
-            runnable, reason = optimal_chunk.runnable_chunk(
-                variant,
-                ceilings,
-                sweep.head_dim_v,
-                ratio,
-                sweep.seq_len,
-                state_bytes=STATE_BYTES,
-                causal_factor=CAUSAL_FACTOR,
-            )
-        optima.append(
-            ChunkOptimum(
-                sweep, int(best["chunk_size"]), float(best["time_ms"]), theory, runnable, reason, ceilings
-            )
-        )
-    return optima
-
-
-# ------------------------------------------------------------------------------------- not measured
-
-
-@dataclass(frozen=True)
-class NotMeasured:
-    """Rows of one kernel configuration that share a status and a reason (everything but ok)."""
-
-    kernel: str
-    dims: str
-    modes: tuple[str, ...]
-    status: str
-    reason: str
-    seq_lens: tuple[int, ...]
-    chunk_sizes: tuple[int, ...]
-
-    def describe(self, max_reason: int | None = None) -> str:
-        reason = self.reason or "no reason recorded"
-        if max_reason is not None and len(reason) > max_reason:
-            reason = reason[: max_reason - 1] + "…"
-        where = f"T={','.join(count_label(t) for t in self.seq_lens)}"
-        if self.chunk_sizes:
-            where += f" L={','.join(str(c) for c in self.chunk_sizes)}"
-        return f"{self.kernel} {self.dims} [{', '.join(self.modes)}] {self.status}: {reason} ({where})"
-
-
-def not_measured(table: pd.DataFrame) -> list[NotMeasured]:
-    """Every non-ok row of the table, grouped by kernel configuration, status and reason."""
-    rows = table[table["status"] != "ok"]
-    groups = rows.groupby(["kernel", "heads", "head_dim_qk", "head_dim_v", "status", "reason"], sort=True)
-    entries = []
-    for (kernel, heads, head_dim_qk, head_dim_v, status, reason), group in groups:
-        modes = tuple(mode for mode in MODES if mode in set(group["mode"]))
-        chunks = tuple(sorted({int(c) for c in group["chunk_size"].dropna()}))
-        seq_lens = tuple(sorted({int(t) for t in group["seq_len"].dropna()}))
-        entries.append(
-            NotMeasured(
-                kernel, dims_label(heads, head_dim_qk, head_dim_v), modes, status, reason, seq_lens, chunks
-            )
-        )
-    return entries
-
-
-# ------------------------------------------------------------------------------------ figure helpers
 
 
 def _figure(ncols: int, nrows: int = 1, width: float | None = None, height: float | None = None, **grid):
@@ -497,14 +182,6 @@ def _note_below(fig: Figure, heading: str, lines: list[str]) -> None:
 
 def _empty_panel(ax: Axes, message: str) -> None:
     ax.text(0.5, 0.5, message, transform=ax.transAxes, ha="center", va="center", color="#777777")
-
-
-def device_label(table: pd.DataFrame) -> str:
-    """The GPU names of the table's gpu column, else its device values (``cpu-interpreter``)."""
-    names = dict.fromkeys(name for name in table["gpu"] if name) or dict.fromkeys(
-        d for d in table["device"] if d
-    )
-    return ", ".join(names) or "unknown device"
 
 
 def run_caption(run: Run) -> str:

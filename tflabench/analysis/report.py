@@ -18,9 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from tflabench.analysis import paper_numbers
-from tflabench.analysis.plots import (
-    PLOT_KINDS,
-    Rendered,
+from tflabench.analysis.plots import PLOT_KINDS, Rendered, render
+from tflabench.analysis.run_data import (
     Run,
     ceilings_label,
     chunk_optima,
@@ -31,7 +30,6 @@ from tflabench.analysis.plots import (
     load_run,
     modes_of,
     not_measured,
-    render,
 )
 from tflabench.errors import InputError
 

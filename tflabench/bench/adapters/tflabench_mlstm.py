@@ -18,40 +18,29 @@ from tflabench.bench.adapters._common import PeerMapping, describe, family_input
 from tflabench.bench.registry import Availability, SweepPoint, register
 
 _API = "tflabench.kernels.mlstm.api"
+#: The Triton kernels of both algorithms (`mlstm_xl_chunk`, `mlstm_limit_chunk`).
+_KERNELS = "tflabench.kernels.mlstm.xl_chunk"
 VARIANTS = ("exp", "sig")
 ALGORITHMS = ("xl_chunk", "limit_chunk")
 
 
-def _import_failure(algorithm: str) -> str | None:
-    """Why the kernel function of ``algorithm`` cannot be imported, or None."""
+def _import_failure() -> str | None:
+    """Why the Triton kernels cannot be imported, or None."""
     try:
-        module_name, function_name = importlib.import_module(_API).CHUNKED_ALGORITHMS[algorithm]
+        importlib.import_module(_KERNELS)
     except Exception as exc:
-        return f"importing {_API} failed: {describe(exc)}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return f"{module_name} is not written yet"
-        return f"importing {module_name} failed: {describe(exc)}"
-    except Exception as exc:
-        return f"importing {module_name} failed: {describe(exc)}"
-    if not hasattr(module, function_name):
-        return f"{module_name}.{function_name} is not written yet"
+        return f"importing {_KERNELS} failed: {describe(exc)}"
     return None
 
 
-def _availability(algorithm: str):
-    def availability() -> Availability:
-        from tflabench import __version__
+def _availability() -> Availability:
+    from tflabench import __version__
 
-        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-            return Availability(False, "no CUDA device, and TRITON_INTERPRET=1 is not set (needed to run the "
-                                "Triton kernels on a CPU)", __version__)
-        failure = _import_failure(algorithm)
-        return Availability(failure is None, failure or "", __version__)
-
-    return availability
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return Availability(False, "no CUDA device, and TRITON_INTERPRET=1 is not set (needed to run the "
+                            "Triton kernels on a CPU)", __version__)
+    failure = _import_failure()
+    return Availability(failure is None, failure or "", __version__)
 
 
 def _unsupported(point: SweepPoint) -> str | None:
@@ -86,7 +75,7 @@ def _register() -> None:
         for algorithm in ALGORITHMS:
             register(peer_spec(
                 f"tflabench.{family}.{algorithm}", family, _mapping(variant, algorithm, normalize),
-                _availability(algorithm), package=None, uses_chunk_size=True, unsupported=_unsupported,
+                _availability, package=None, uses_chunk_size=True, unsupported=_unsupported,
                 neutral_inputs=family_inputs(family, normalize=normalize),
                 params={"variant": variant, "algorithm": algorithm, "normalize": normalize},
             ))

@@ -2,11 +2,11 @@
 
 Algorithms (modules relative to `tflabench.kernels.mlstm`):
     "xl_chunk"     TFLA Triton kernels, `xl_chunk.mlstm_xl_chunk`
-    "limit_chunk"  single-level chunkwise Triton kernels, `limit_chunk.mlstm_limit_chunk`
+    "limit_chunk"  single-level chunkwise Triton kernels, `xl_chunk.mlstm_limit_chunk`
     "parallel"     the plain-PyTorch quadratic form, `reference.mlstm_parallel` (m_0 = -inf, no states)
     "recurrent"    the plain-PyTorch step loop, `reference.mlstm_recurrent` (m_0 = 0)
 
-The kernel modules are imported only when asked for. Through this entry point the references use the
+The Triton kernels are imported only when asked for. Through this entry point the references use the
 kernels' gradient convention (``detach_normalizer=True``: max states and denominator are constants, §5.1),
 so that every algorithm defines the same gradient.
 
@@ -20,7 +20,6 @@ Accepted inputs (anything else raises `tflabench.errors.InputError`, a ValueErro
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import torch
@@ -30,10 +29,7 @@ from tflabench.errors import InputError
 from tflabench.kernels.mlstm import reference
 from tflabench.kernels.mlstm.reference import VARIANTS, InitialState, State
 
-CHUNKED_ALGORITHMS = {
-    "xl_chunk": ("tflabench.kernels.mlstm.xl_chunk", "mlstm_xl_chunk"),
-    "limit_chunk": ("tflabench.kernels.mlstm.xl_chunk", "mlstm_limit_chunk"),
-}
+CHUNKED_ALGORITHMS = ("xl_chunk", "limit_chunk")
 ALGORITHMS = (*CHUNKED_ALGORITHMS, "parallel", "recurrent")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 MIN_HEAD_DIM, MAX_HEAD_DIM, HEAD_DIM_MULTIPLE = 16, 1024, 16
@@ -76,7 +72,10 @@ def mlstm(
         )
     if algorithm == "recurrent":
         return reference.mlstm_recurrent(q, k, v, i, f, **options, detach_normalizer=True)
-    return _chunked_kernel(algorithm)(q, k, v, i, f, chunk_size=chunk_size, **options)
+    from tflabench.kernels.mlstm.xl_chunk import mlstm_limit_chunk, mlstm_xl_chunk  # imports Triton
+
+    kernel = mlstm_xl_chunk if algorithm == "xl_chunk" else mlstm_limit_chunk
+    return kernel(q, k, v, i, f, chunk_size=chunk_size, **options)
 
 
 def validate_inputs(
@@ -212,16 +211,3 @@ def _check_initial_state(initial_state: InitialState, q: Tensor, v: Tensor) -> N
         named.append((label, tensor))
     _check_same_device(tuple(named))
 
-
-def _chunked_kernel(algorithm: str):
-    """The Triton implementation of a chunked algorithm, imported on first use."""
-    module_name, function_name = CHUNKED_ALGORITHMS[algorithm]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        raise NotImplementedError(
-            f"algorithm {algorithm!r} is not implemented yet ({module_name} is missing)"
-        ) from exc
-    return getattr(module, function_name)
