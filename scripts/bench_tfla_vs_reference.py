@@ -56,6 +56,10 @@ TILINGS = {
     "out-kv32": dict(out_block_kv=32),
     "out-kv64": dict(out_block_kv=64),
     "fused-dkdv": dict(fused_dkdv=True),
+    # next candidates (not measured yet): fewer re-reads of k and v by the state kernel, one q tile per chunk
+    "state-128x128": dict(state_block_qk=128, state_block_v=128),
+    "state-128x128-w8": dict(state_block_qk=128, state_block_v=128, state_num_warps=8),
+    "out-q128-kv32-w8": dict(block_q=128, out_block_kv=32, out_num_warps=8),
 }
 
 
