@@ -13,6 +13,7 @@ Usage: python scripts/bench_tfla_vs_reference.py --out results/tfla-vs-reference
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -63,12 +64,19 @@ TILINGS = {
 }
 
 
-def ours(variant: str, chunk: int, tiling_name: str = "default"):
-    from tflabench.kernels.mlstm.xl_chunk import Tiling, mlstm_xl_chunk
+def tiling_for(variant: str, chunk: int, tiling_name: str):
+    """(Tiling, materialized-state dtype) of a TILINGS candidate: the kernels' default with its changes."""
+    from tflabench.kernels.mlstm.xl_chunk import Tiling
 
     options = dict(TILINGS[tiling_name])
     state_dtype = getattr(torch, options.pop("state_dtype", "bfloat16"))
-    tiling = Tiling(**{**Tiling.default(chunk, 128, 256, variant=variant).__dict__, **options})
+    return dataclasses.replace(Tiling.default(chunk, 128, 256, variant=variant), **options), state_dtype
+
+
+def ours(variant: str, chunk: int, tiling_name: str = "default"):
+    from tflabench.kernels.mlstm.xl_chunk import mlstm_xl_chunk
+
+    tiling, state_dtype = tiling_for(variant, chunk, tiling_name)
 
     def run(q, k, v, i, f):
         return mlstm_xl_chunk(q, k, v, i, f, variant=variant, chunk_size=chunk, normalize=False, eps=1e-6,
@@ -81,10 +89,7 @@ def forward_breakdown(variant: str, chunk: int, tiling_name: str, inputs) -> dic
     """Times (ms) of the forward launches: gate cumsums, chunk states, outputs (by difference)."""
     from tflabench.kernels.mlstm import xl_chunk
 
-    options = dict(TILINGS[tiling_name])
-    state_dtype = getattr(torch, options.pop("state_dtype", "bfloat16"))
-    default = xl_chunk.Tiling.default(chunk, 128, 256, variant=variant)
-    tiling = xl_chunk.Tiling(**{**default.__dict__, **options})
+    tiling, state_dtype = tiling_for(variant, chunk, tiling_name)
     q, k, v, i, f = inputs
     sig = variant == "sig"
     gates = xl_chunk._gate_cumsums(i, f, tiling, sig)
