@@ -37,7 +37,9 @@ SECONDS=0
 if [[ -z ${TFLABENCH_GIT_COMMIT:-} && ! -d .git ]]; then
     echo "warning: TFLABENCH_GIT_COMMIT is not set; meta.json of a new run records no commit" >&2
 fi
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 1
+# Several calls may share one machine (one per GPU): the first installs the wheels.
+[[ -d /tmp/site/fla ]] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+    wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 tflabench() { python3 -m tflabench "$@"; }
 mkdir -p "$run_dir" "$out"
