@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import time
@@ -287,11 +286,13 @@ def main() -> None:
     for r in rows:
         if r.get("status") == "ok":
             r["model_ms"] = model_ms(r["variant"], r["chunk"], ceil, r["mode"])
+    from tflabench.bench.results import git_state
+
     meta = dict(
         gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
         cuda=torch.version.cuda, config=FIG4, dtype="bfloat16", ceilings=ceil, checks=checks,
         tilings={name: TILINGS[name] for name in args.tilings.split(",")},
-        command=" ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M:%S"), commit=git_commit(),
+        command=" ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M:%S"), commit=git_state()["commit"],
     )
     try:
         import mlstm_kernels
@@ -301,17 +302,6 @@ def main() -> None:
         meta["mlstm_kernels"] = None
     (out / "results.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     print_summary(rows)
-
-
-def git_commit() -> str | None:
-    """The checkout's commit, or TFLABENCH_GIT_COMMIT on a copy without history (the GPU machine)."""
-    try:
-        proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    except OSError:
-        proc = None
-    if proc is not None and proc.returncode == 0:
-        return proc.stdout.strip()
-    return os.environ.get("TFLABENCH_GIT_COMMIT")
 
 
 def print_summary(rows) -> None:

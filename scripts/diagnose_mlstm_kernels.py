@@ -1,13 +1,23 @@
 #!/usr/bin/env python
-"""Where does mlstm_kernels' mLSTMsig xl_chunk disagree with the float64 reference? (GPU diagnostic)
+"""Why do mlstm_kernels' chunkwise kernels fail the harness's bf16 gate? (GPU diagnostic)
 
-In the Fig. 4 sweep (results/fig4-s8192) the reference TFLA kernel failed the harness's bf16 correctness
-gate at the gate's check size (B2 T128 H2 dqk64 dv32 L64: relative error 1.23), while it passes the same
-check in float32 on the CPU interpreter. This script repeats the check over the axes that differ between
-those runs: operand dtype, gate dtype (the harness passes float32 gates, the benchmark script bf16 ones),
-head dims and sequence length. Each kernel runs in its own child process (a compiler abort stays there).
+Observed on an H200 (Triton 3.6): through the harness (`KernelSpec.reference_check`, in the sweep worker or
+in `isolated_checks`) the mLSTMsig xl_chunk, mLSTMexp xl_chunk and mLSTMexp limit_chunk kernels fail the
+gate at B2 T128 H2 dqk64 dv32 L64 with relative errors 1.1 to 1.2 (mLSTMexp limit_chunk sometimes hits an
+illegal memory access instead), while the same check written out here (`check_mapping` with the same
+mapping and input generator) passed 16 of 16 configurations, the check size included, in a process that
+had compiled the kernels itself. Both paths run the same Python code, so the probes vary what differs
+between the processes:
 
-    python scripts/diagnose_mlstm_kernels.py [--kernels mlstm_kernels.mlstm_sig.xl_chunk,...] > log.txt
+  path   "spec"   `get_kernel(name).reference_check(...)`, the harness's call
+         "direct" `check_mapping(...)` with the adapter's mapping, the diagnostic's call
+  cache  "shared" Triton's default cache directory (kernels compiled by earlier processes are loaded)
+         "fresh"  an empty TRITON_CACHE_DIR (the process compiles everything itself)
+
+Each probe runs in its own child process; --shapes also repeats the direct check over operand dtype, gate
+dtype, head dims and sequence length.
+
+    python scripts/diagnose_mlstm_kernels.py [--kernels ...] [--shapes] > log.txt
 """
 
 from __future__ import annotations
@@ -15,76 +25,105 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 
-#: (batch, seq_len, heads, head_dim_qk, head_dim_v, chunk_size)
+KERNELS = ["mlstm_kernels.mlstm_sig.xl_chunk", "mlstm_kernels.mlstm_exp.xl_chunk",
+           "mlstm_kernels.mlstm_exp.limit_chunk"]
+PROBES = [("spec", "shared"), ("direct", "shared"), ("spec", "fresh"), ("direct", "fresh"),
+          ("spec", "shared")]
+#: (batch, seq_len, heads, head_dim_qk, head_dim_v, chunk_size); the first is the harness's check size
 SHAPES = [(2, 128, 2, 64, 32, 64), (2, 128, 2, 64, 64, 64), (2, 256, 2, 128, 256, 128),
           (1, 8192, 2, 128, 256, 128)]
 DTYPES = ["bfloat16", "float32"]
 GATE_DTYPES = ["float32", "operand"]
-KERNELS = ["mlstm_kernels.mlstm_sig.xl_chunk", "mlstm_kernels.mlstm_exp.xl_chunk"]
 
 
-def _check(kernel: str, shape: tuple[int, ...], dtype: str, gate_dtype: str, device: str) -> dict:
+def _direct_check(kernel: str, shape: tuple[int, ...], dtype: str, gate_dtype: str, device: str) -> dict:
+    """The gate written out: fresh inputs of the kernel's family, its mapping, the float64 reference."""
     import torch
 
+    from tflabench.bench import references
     from tflabench.bench.adapters import mlstm_kernels as adapter
     from tflabench.bench.adapters._common import check_mapping
     from tflabench.bench.registry import SweepPoint, get_kernel
 
-    spec = get_kernel(kernel)
-    suffix = kernel.removeprefix("mlstm_kernels.")
-    family = spec.family
+    family = get_kernel(kernel).family
     fixed = {"normalize": False} if family == "mlstm_sig" else {}
-    operand = getattr(torch, dtype)
 
     def make_neutral(point, device):
-        from tflabench.bench import references
-
         inputs = references.random_inputs(family, point, device, **fixed)
         if gate_dtype == "operand":
-            inputs["i"], inputs["f"] = inputs["i"].to(operand), inputs["f"].to(operand)
+            inputs["i"], inputs["f"] = (inputs[name].to(getattr(torch, dtype)) for name in ("i", "f"))
         return inputs
 
     point = replace(SweepPoint(*shape), dtype=dtype, mode="fwd")
-    result = check_mapping(family, adapter.MAPPINGS[suffix], make_neutral, point, torch.device(device))
-    return {"kernel": kernel, "shape": shape, "dtype": dtype, "gates": gate_dtype,
-            "rel_error": result.rel_error, "tolerance": result.tolerance, "passed": result.passed}
+    mapping = adapter.MAPPINGS[kernel.removeprefix("mlstm_kernels.")]
+    result = check_mapping(family, mapping, make_neutral, point, torch.device(device))
+    return {"rel_error": result.rel_error, "passed": result.passed}
 
 
-def _child(kernel: str, device: str, shapes: list[tuple[int, ...]]) -> None:
-    for shape, dtype, gate_dtype in itertools.product(shapes, DTYPES, GATE_DTYPES):
+def _spec_check(kernel: str, dtype: str, device: str) -> dict:
+    from tflabench.bench.registry import get_kernel
+
+    result = get_kernel(kernel).reference_check(device, dtype)
+    return {"rel_error": result.rel_error, "passed": result.passed, "detail": result.detail}
+
+
+def _child(kernel: str, path: str, device: str, shapes: bool) -> None:
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    configurations = (itertools.product(SHAPES if device == "cuda" else SHAPES[:2], DTYPES, GATE_DTYPES)
+                      if shapes else [(SHAPES[0], dtype, "float32")])
+    for shape, dtype, gate_dtype in configurations:
+        row = {"kernel": kernel, "path": path, "shape": shape, "dtype": dtype, "gates": gate_dtype}
         try:
-            row = _check(kernel, shape, dtype, gate_dtype, device)
+            if path == "spec":
+                row |= _spec_check(kernel, dtype, device)
+            else:
+                row |= _direct_check(kernel, shape, dtype, gate_dtype, device)
         except Exception as exc:  # one configuration failing must not hide the others
-            row = {"kernel": kernel, "shape": shape, "dtype": dtype, "gates": gate_dtype,
-                   "error": f"{type(exc).__name__}: {exc}"[:300]}
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         print(json.dumps(row), flush=True)
+
+
+def _run_child(arguments: list[str], env: dict, timeout_s: float, label: str) -> None:
+    try:
+        child = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True,
+                               timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        print(f"{label}: timeout after {timeout_s:.0f} s; partial output: {exc.stdout or ''}", flush=True)
+        return
+    for line in child.stdout.splitlines():
+        print(f"{label}: {line}", flush=True)
+    if child.returncode:
+        print(f"{label}: child exited {child.returncode}: {child.stderr.strip()[-400:]}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernels", default=",".join(KERNELS))
     parser.add_argument("--device", default="cuda", help="cuda, or cpu (TRITON_INTERPRET=1, small shapes)")
-    parser.add_argument("--child")
-    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per kernel")
+    parser.add_argument("--shapes", action="store_true", help="also the direct check over shapes and dtypes")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per child process")
+    parser.add_argument("--child", nargs=2, metavar=("KERNEL", "PATH"))
     arguments = parser.parse_args()
     if arguments.child:
-        shapes = SHAPES if arguments.device == "cuda" else SHAPES[:2]
-        _child(arguments.child, arguments.device, shapes)
+        _child(*arguments.child, arguments.device, arguments.shapes)
         return
+    common = ["--device", arguments.device]
     for kernel in arguments.kernels.split(","):
-        try:
-            child = subprocess.run([sys.executable, __file__, "--child", kernel,
-                                    "--device", arguments.device], capture_output=True, text=True,
-                                   timeout=arguments.timeout)
-            print(child.stdout, end="", flush=True)
-            if child.returncode:
-                print(f"{kernel}: child exited {child.returncode}: {child.stderr.strip()[-400:]}", flush=True)
-        except subprocess.TimeoutExpired as exc:
-            print(f"{kernel}: timeout after {arguments.timeout:.0f} s; partial output:\n{exc.stdout or ''}")
+        for number, (path, cache) in enumerate(PROBES):
+            env = dict(os.environ)
+            if cache == "fresh":
+                env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-fresh-")
+            label = f"probe {number} {path}/{cache}"
+            _run_child(["--child", kernel, path, *common], env, arguments.timeout, label)
+        if arguments.shapes:
+            _run_child(["--child", kernel, "direct", "--shapes", *common], dict(os.environ),
+                       arguments.timeout, "shapes direct/shared")
 
 
 if __name__ == "__main__":

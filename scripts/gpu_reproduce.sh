@@ -12,13 +12,13 @@
 #                minutes (FLA, power attention) run last and get their KernelSpec.first_call_s on top; a point
 #                cut off by the command limit is not recorded and comes first in the next call, which starts
 #                with the whole window.
-#   The run is results/PRESET (run name = preset name); at the end it is copied, with plots/ and report.md, to
-#   $OUT/PRESET/, and a calibration made in this call to $OUT/calibration/.
+#   The run is results/PRESET (run name = preset name); at the end it is packed, with plots/, logs/ and
+#   report.md, into $OUT/PRESET.tar.gz (one file: the device returns a limited number of files), and a
+#   calibration made in this call is copied to $OUT/calibration/.
 #
-# With the device tool: carry ["wheels", "results/PRESET"] (the offline peer wheels, ignored by git, and the
-# run so far, which --resume continues); afterwards copy the returned PRESET/ folder over results/PRESET/
-# (and calibration/*.json into results/calibration/) before the next call, e.g.
-#   cp -r --no-preserve=mode <files_at>/tfla-fig4/. results/tfla-fig4/
+# With the device tool: carry ["wheels"] (the offline peer wheels, ignored by git); the run so far travels
+# with the working tree when results/PRESET is unpacked there before the next call, which --resume continues:
+#   tar xzf <files_at>/PRESET.tar.gz -C results/
 # The working-tree copy on the device has no git history, so meta.json records the commit given in
 # TFLABENCH_GIT_COMMIT.
 set -uo pipefail
@@ -66,7 +66,7 @@ sweep_status=$?
 tflabench plot "$run_dir" >> "$log" 2>&1
 # tfla-fig5 has no attention kernel, and early calls may have no measured cuDNN row yet: default baseline then.
 tflabench report "$run_dir" --baseline torch.sdpa.cudnn >> "$log" 2>&1 || tflabench report "$run_dir" >> "$log" 2>&1
-cp -r "$run_dir" "$out/"
+tar czf "$out/$preset.tar.gz" -C results "$preset"
 
 tail -n 40 "$log"
 if python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["finished"] is None)' "$run_dir/meta.json"

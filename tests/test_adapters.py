@@ -132,6 +132,9 @@ def test_family_and_cost_params_select_a_flop_model(name):
     ("mlstm_kernels.mlstm_exp.limit_chunk", {"seq_len": 512, "chunk_size": 256}, "[16, 128]"),
     ("mlstm_kernels.mlstm_exp.parallel", {}, "head_dim_qk == head_dim_v"),
     ("tflabench.mlstm_exp.xl_chunk", {"head_dim_qk": 24}, "multiple of 16"),
+    ("tflabench.mlstm_sig.limit_chunk", {"seq_len": 512, "chunk_size": 256}, "chunk_size <= 128"),
+    ("tflabench.mlstm_sig.limit_chunk", {"seq_len": 512, "chunk_size": 128}, None),
+    ("tflabench.mlstm_sig.xl_chunk", {"seq_len": 512, "chunk_size": 256}, None),
 ])
 def test_unsupported_points_are_named(name, changes, expected):
     reason = kernel(name).unsupported(replace(SMALL, **changes))

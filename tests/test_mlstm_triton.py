@@ -440,6 +440,16 @@ def test_a_perturbed_reference_is_detected(variant, normalize, eps, perturb):
     assert max(errors.values()) > 10 * TOLERANCE, errors
 
 
+def test_limit_chunk_at_128_loops_over_64_wide_head_dim_blocks():
+    """limit_chunk at L = 128 takes head-dim blocks of 64 (shared memory); Dqk 128 / Dv 192 need 2 / 3."""
+    tiling = Tiling.default(128, 128, 192, limit=True)
+    assert (tiling.block_q, tiling.block_qk, tiling.block_v) == (128, 64, 64)
+    problem = make_problem(seed=41, shape=Shape(seq_len=256, heads=1, head_dim_qk=128, head_dim_v=192))
+    cell = dict(variant="exp", normalize=None)
+    kernel = run_kernel(problem, **cell, algorithm="limit_chunk", chunk_size=128)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
 # --- input validation --------------------------------------------------------------------------------------
 
 

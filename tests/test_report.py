@@ -108,6 +108,35 @@ def test_chunk_optimum_table_uses_the_measured_ceilings(written):
     assert "801 TFLOP/s, 4.30 TB/s" in text
 
 
+def test_chunk_verdict_uses_the_best_achieved_flop_rate_as_alpha(written, table):
+    _, text = written
+    section = "## Chunk size: measured and theoretical optimum"
+    rows = table[(table["kernel"] == "tflabench.mlstm_sig.xl_chunk") & (table["mode"] == "fwd")
+                 & (table["status"] == "ok") & (table["head_dim_v"] == 512)]
+    achieved = rows["tflops"].max() * 1e12
+    ceilings = hardware.Ceilings(achieved, 4.3e12, "achieved")
+    chunk = optimal_chunk.runtime_optimal_chunk("sig", ceilings, 512, 0.5)
+    cells = _row(text, section, "tflabench.mlstm_sig.xl_chunk")
+    assert cells[-1] == f"{achieved / 1e12:.0f} TFLOP/s: L* = {chunk:.0f}"
+    verdict = next(line for line in text.split(section, 1)[1].splitlines()
+                   if line.startswith("- `tflabench.mlstm_sig.xl_chunk` fwd:"))
+    fixture_ceilings = hardware.Ceilings(801e12, 4.3e12, "fixture")
+    theory = optimal_chunk.runtime_optimal_chunk("sig", fixture_ceilings, 512, 0.5)
+    ratio = theory / 256
+    expected = f"within 2× ({ratio:.2f}×)." if 0.5 <= ratio <= 2 else f"off by {max(ratio, 1 / ratio):.1f}×."
+    assert expected in verdict
+
+
+def test_chunk_verdict_names_the_flop_term_when_the_theory_is_off():
+    sweep = run_data.ChunkSweep(kernel="k", family="mlstm_sig", batch=8, seq_len=8192, heads=8,
+                                head_dim_qk=256, head_dim_v=512, dtype="bfloat16", mode="fwd",
+                                rows=pd.DataFrame())
+    ceilings = hardware.Ceilings(747e12, 4.18e12, "measured")
+    optimum = run_data.ChunkOptimum(sweep, 128, 2.92, 493.0, 512, "", ceilings, 161e12, 230.0)
+    line = report._chunk_verdict(optimum)
+    assert "off by 3.9×" in line and "161 TFLOP/s (22%)" in line and "L* = 230 (1.80×, within 2×)" in line
+
+
 def test_every_plot_is_linked_relative_to_the_run_directory(written):
     run_dir, text = written
     links = re.findall(r"\]\((plots/[^)]+)\)", text)

@@ -138,7 +138,15 @@ def test_rankings_list_only_measured_rows_fastest_first(tmp_path):
         (2.0, "fast.kernel"), (9.0, "slow.kernel")]
 
 
-def test_meta_records_provenance():
+def test_meta_commit_from_the_environment_wins_over_the_checkout(monkeypatch):
+    monkeypatch.setenv("TFLABENCH_GIT_COMMIT", "0123abc")
+    meta = new_meta(run="r", device="cpu-interpreter", gpu_info={}, kernels=[kernel()],
+                    derivation=Derivation(""), sweep={"kernels": ["*"]}, dtypes=("bfloat16",))
+    assert meta["git"] == {"commit": "0123abc", "dirty": None, "source": "TFLABENCH_GIT_COMMIT"}
+
+
+def test_meta_records_provenance(monkeypatch):
+    monkeypatch.delenv("TFLABENCH_GIT_COMMIT", raising=False)
     meta = new_meta(run="r", device="cpu-interpreter", gpu_info={}, kernels=[kernel()],
                     derivation=Derivation(""), sweep={"kernels": ["*"]}, dtypes=("bfloat16",))
     assert meta["command"].startswith("tflabench")

@@ -149,9 +149,11 @@ def test_selectors_match_globs_and_family_names():
         select_kernels(("fla.*",), kernels)
 
 
-def test_kernels_that_autotune_for_minutes_run_last():
-    kernels = registry(kernel("a.slow", first_call_s=300.0), kernel("b.fast"), kernel("c.fast"))
-    assert [k.name for k in select_kernels(("*",), kernels)] == ["b.fast", "c.fast", "a.slow"]
+def test_kernels_that_autotune_for_minutes_run_last_and_our_own_run_first():
+    kernels = registry(kernel("a.slow", first_call_s=300.0), kernel("b.fast"), kernel("c.fast"),
+                       kernel("tflabench.mlstm_sig.xl_chunk"))
+    assert [k.name for k in select_kernels(("*",), kernels)] == [
+        "tflabench.mlstm_sig.xl_chunk", "b.fast", "c.fast", "a.slow"]
 
 
 def test_flags_override_preset_and_partner_axes_exclude_each_other():

@@ -35,7 +35,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from tflabench.analysis.run_data import (
     CAUSAL_FACTOR,
@@ -283,7 +283,7 @@ def plot_runtime_vs_memory(run: Run) -> Figure:
         ax.set_title(MODE_TITLES[mode])
         ax.set_xlabel("peak memory (MiB, increase over the inputs)")
         ax.set_ylabel("runtime (ms, median)")
-        _log10_axis(ax, "x")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
         _log10_axis(ax, "y")
     proxies = [
         Line2D([], [], ls="none", marker="o", ms=11, mfc="none", mec="black", label="measured optimum"),

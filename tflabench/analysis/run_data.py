@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -279,6 +279,9 @@ class ChunkOptimum:
 
     theory_chunk is the continuous L* (Eq. 121 / §11.3), runnable_chunk the chunk size our kernels can
     run chosen from it (with the analysis layer's reason); both None when no ceilings are known.
+    achieved_flops is the best model-FLOP rate of the sweep (FLOP/s, reached where the FLOP term
+    dominates, at large L) and achieved_theory_chunk the L* with it in place of the matmul ceiling alpha:
+    where theory and measurement disagree, it tells whether the FLOP term is what the model misses.
     """
 
     sweep: ChunkSweep
@@ -288,6 +291,13 @@ class ChunkOptimum:
     runnable_chunk: int | None
     reason: str
     ceilings: object | None
+    achieved_flops: float | None = None
+    achieved_theory_chunk: float | None = None
+
+    @property
+    def theory_ratio(self) -> float | None:
+        """theory L* / measured optimum (> 1: the model asks for larger chunks than the fastest one)."""
+        return None if self.theory_chunk is None else self.theory_chunk / self.measured_chunk
 
 
 def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[ChunkOptimum]:
@@ -321,12 +331,30 @@ def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[C
                 state_bytes=STATE_BYTES,
                 causal_factor=CAUSAL_FACTOR,
             )
+        achieved, achieved_theory = _achieved_flop_rate(sweep), None
+        if ceilings is not None and achieved is not None:
+            achieved_ceilings = replace(ceilings, flops=achieved, source="achieved")
+            achieved_theory = optimal_chunk.runtime_optimal_chunk(
+                variant,
+                achieved_ceilings,
+                sweep.head_dim_v,
+                sweep.head_dim_qk / sweep.head_dim_v,
+                state_bytes=STATE_BYTES,
+                causal_factor=CAUSAL_FACTOR,
+            )
         optima.append(
             ChunkOptimum(
-                sweep, int(best["chunk_size"]), float(best["time_ms"]), theory, runnable, reason, ceilings
+                sweep, int(best["chunk_size"]), float(best["time_ms"]), theory, runnable, reason, ceilings,
+                achieved, achieved_theory,
             )
         )
     return optima
+
+
+def _achieved_flop_rate(sweep: ChunkSweep) -> float | None:
+    """The best model-FLOP rate (FLOP/s) over the sweep's chunk sizes, or None without FLOP columns."""
+    rates = pd.to_numeric(sweep.rows["tflops"], errors="coerce").dropna()
+    return float(rates.max()) * 1e12 if len(rates) else None
 
 
 # ------------------------------------------------------------------------------------- not measured

@@ -244,9 +244,11 @@ def _cost(kernel: KernelSpec, point: SweepPoint):
 # ----------------------------------------------------------------------------------------------- meta
 
 
-def _git_state() -> dict[str, Any]:
-    """Commit and dirty flag of the checkout; a copy without history (the GPU machine gets the working
-    tree only) reports the commit given in the environment variable TFLABENCH_GIT_COMMIT."""
+def git_state() -> dict[str, Any]:
+    """Commit and dirty flag of the checkout. The environment variable TFLABENCH_GIT_COMMIT, when set,
+    wins: a copy of the working tree on a GPU machine may carry no history, or a stale one."""
+    if os.environ.get("TFLABENCH_GIT_COMMIT"):
+        return {"commit": os.environ["TFLABENCH_GIT_COMMIT"], "dirty": None, "source": "TFLABENCH_GIT_COMMIT"}
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
@@ -256,7 +258,7 @@ def _git_state() -> dict[str, Any]:
     try:
         return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
     except (OSError, subprocess.SubprocessError):
-        return {"commit": os.environ.get("TFLABENCH_GIT_COMMIT"), "dirty": None}
+        return {"commit": None, "dirty": None}
 
 
 def _distribution_version(name: str) -> str:
@@ -306,7 +308,7 @@ def new_meta(*, run: str, device: str, gpu_info: dict[str, str], kernels: list[K
         "gpu": gpu_info,
         "host": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
         "versions": software_versions([kernel.package for kernel in kernels if kernel.package]),
-        "git": _git_state(),
+        "git": git_state(),
         "ceilings": _ceilings_record(derivation, dtypes),
         "kernels": sorted(kernel.name for kernel in kernels),
         "sweep": sweep,

@@ -43,16 +43,21 @@ def _availability() -> Availability:
     return Availability(failure is None, failure or "", __version__)
 
 
-def _unsupported(point: SweepPoint) -> str | None:
-    api = importlib.import_module(_API)
-    for name, dim in (("head_dim_qk", point.head_dim_qk), ("head_dim_v", point.head_dim_v)):
-        if not api.MIN_HEAD_DIM <= dim <= api.MAX_HEAD_DIM or dim % api.HEAD_DIM_MULTIPLE:
-            return (f"{name} must be a multiple of {api.HEAD_DIM_MULTIPLE} from {api.MIN_HEAD_DIM} to "
-                    f"{api.MAX_HEAD_DIM}, got {dim}")
-    chunk = point.chunk_size
-    if chunk < api.MIN_CHUNK_SIZE or chunk & (chunk - 1):
-        return f"chunk_size must be a power of two >= {api.MIN_CHUNK_SIZE}, got {chunk}"
-    return None
+def _unsupported(algorithm: str):
+    def unsupported(point: SweepPoint) -> str | None:
+        api = importlib.import_module(_API)
+        for name, dim in (("head_dim_qk", point.head_dim_qk), ("head_dim_v", point.head_dim_v)):
+            if not api.MIN_HEAD_DIM <= dim <= api.MAX_HEAD_DIM or dim % api.HEAD_DIM_MULTIPLE:
+                return (f"{name} must be a multiple of {api.HEAD_DIM_MULTIPLE} from {api.MIN_HEAD_DIM} to "
+                        f"{api.MAX_HEAD_DIM}, got {dim}")
+        chunk = point.chunk_size
+        if chunk < api.MIN_CHUNK_SIZE or chunk & (chunk - 1):
+            return f"chunk_size must be a power of two >= {api.MIN_CHUNK_SIZE}, got {chunk}"
+        if algorithm == "limit_chunk" and chunk > api.LIMIT_CHUNK_MAX:
+            return f"limit_chunk holds a chunk in one SRAM tile: chunk_size <= {api.LIMIT_CHUNK_MAX}"
+        return None
+
+    return unsupported
 
 
 def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMapping:
@@ -75,7 +80,7 @@ def _register() -> None:
         for algorithm in ALGORITHMS:
             register(peer_spec(
                 f"tflabench.{family}.{algorithm}", family, _mapping(variant, algorithm, normalize),
-                _availability, package=None, uses_chunk_size=True, unsupported=_unsupported,
+                _availability, package=None, uses_chunk_size=True, unsupported=_unsupported(algorithm),
                 neutral_inputs=family_inputs(family, normalize=normalize),
                 params={"variant": variant, "algorithm": algorithm, "normalize": normalize},
             ))

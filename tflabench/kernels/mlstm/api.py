@@ -34,6 +34,8 @@ ALGORITHMS = (*CHUNKED_ALGORITHMS, "parallel", "recurrent")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 MIN_HEAD_DIM, MAX_HEAD_DIM, HEAD_DIM_MULTIPLE = 16, 1024, 16
 MIN_CHUNK_SIZE = 16
+#: limit_chunk holds one chunk in one SRAM tile
+LIMIT_CHUNK_MAX = 128
 
 
 def mlstm(

@@ -18,8 +18,7 @@ import torch
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_bwd, triton_fwd
-
-LIMIT_CHUNK_MAX = 128
+from tflabench.kernels.mlstm.api import LIMIT_CHUNK_MAX
 
 
 def _largest_pow2_block(dim: int, cap: int) -> int:
@@ -73,9 +72,12 @@ class Tiling:
                 limit: bool = False) -> Tiling:
         """The fastest tiling measured on an H200 for Dqk 128 / Dv 256 (results/perf-log.md), generalized
         to other head dims by taking the largest power-of-two blocks that divide them. mLSTMexp's output
-        kernel prefers smaller key/value tiles (its online max and rescaling add live registers)."""
+        kernel prefers smaller key/value tiles (its online max and rescaling add live registers).
+        limit_chunk at L = 128 (128-row tiles) takes head-dim blocks of at most 64: with 128 it needed
+        291 KB of shared memory at Dqk 256 / Dv 512 on an H200 (227 KB available); not yet timed."""
         tile = chunk if limit else min(64, chunk)
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
+        head_block = 64 if tile >= 128 else 128
         return cls(
             chunk=chunk,
             block_state=min(128, chunk),
@@ -83,8 +85,8 @@ class Tiling:
             state_block_v=_largest_pow2_block(head_dim_v, 128),
             block_q=tile,
             block_kv=tile,
-            block_qk=_largest_pow2_block(head_dim_qk, 128),
-            block_v=_largest_pow2_block(head_dim_v, 128),
+            block_qk=_largest_pow2_block(head_dim_qk, head_block),
+            block_v=_largest_pow2_block(head_dim_v, head_block),
             num_stages=2,
             out_block_kv=out_tile,
             fused_dkdv=False,
