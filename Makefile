@@ -31,10 +31,10 @@ demo: install
 # The README's plots and the side-by-side report, from the committed H200 results (no GPU needed).
 readme-plots:
 	$(PYTHON) scripts/tfla_json_to_run.py
-	$(PYTHON) -m tflabench plot results/fig4-s8192 --kind runtime,roofline --format png --out results/demo/fig4-s8192
-	$(PYTHON) -m tflabench plot results/tfla-vs-reference/run --kind memory,model --format png \
-		--out results/demo/tfla-vs-reference
+	$(PYTHON) -m tflabench plot results/tfla-vs-reference/run
 	$(PYTHON) -m tflabench report results/tfla-vs-reference/run
+	$(PYTHON) -m tflabench plot results/tfla-fig4 --kind runtime,roofline --format png --out results/readme-plots/tfla-fig4
+	$(PYTHON) -m tflabench plot results/tfla-fig5 --kind memory,model --format png --out results/readme-plots/tfla-fig5
 
 lint:
 	$(PYTHON) -m ruff check tflabench tests

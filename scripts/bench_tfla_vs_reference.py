@@ -8,6 +8,7 @@ the float64 chunkwise reference at a real size. mlstm_kernels' mLSTMexp xl_chunk
 compiler on Hopper, so every reference configuration runs in a child process.
 
 Usage: python scripts/bench_tfla_vs_reference.py --out results/tfla-vs-reference [--chunks 64,128,256]
+       [--seq-len 65536 --tilings default,state-v64,state-32x64]  (Fig. 4's long end: B = 65536 / S)
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ import torch
 import triton
 
 FIG4 = dict(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256)
+TOKENS = 65536
+#: the configuration timed: Fig. 4 at --seq-len (65,536 tokens per batch)
+CONFIG = dict(FIG4)
+
+
+def set_seq_len(seq_len: int) -> None:
+    if seq_len < 256 or TOKENS % seq_len:
+        raise SystemExit(f"--seq-len must divide {TOKENS} and be at least 256, got {seq_len}")
+    CONFIG.update(seq_len=seq_len, batch=TOKENS // seq_len)
 
 
 def make_inputs(layout: str, batch, seq_len, heads, head_dim_qk, head_dim_v, dtype=torch.bfloat16, seed=0):
@@ -60,6 +70,9 @@ TILINGS = {
     "state-128x128": dict(state_block_qk=128, state_block_v=128),
     "state-128x128-w8": dict(state_block_qk=128, state_block_v=128, state_num_warps=8),
     "out-q128-kv32-w8": dict(block_q=128, out_block_kv=32, out_num_warps=8),
+    # long sequences, small batch: more state-kernel programs for the sequential recurrence over chunks
+    "state-v64": dict(state_block_v=64),
+    "state-32x64": dict(state_block_qk=32, state_block_v=64),
 }
 
 
@@ -102,7 +115,7 @@ def forward_breakdown(variant: str, chunk: int, tiling_name: str, inputs) -> dic
 
 def tune(chunks, variants, tilings) -> list[dict]:
     """Our kernels at every (variant, chunk, tiling, mode): result rows like the reference rows."""
-    inputs = make_inputs("bthd", **FIG4)
+    inputs = make_inputs("bthd", **CONFIG)
     rows = []
     for variant in variants:
         for chunk in chunks:
@@ -203,7 +216,8 @@ def check_ours(variant: str, chunk: int, seq_len=8192, heads=16) -> dict:
 
 def run_reference_child(variant: str, chunk: int, mode: str) -> dict:
     """One reference configuration in a child process (survives compiler aborts)."""
-    cmd = [sys.executable, __file__, "--child", f"{variant},{chunk},{mode}"]
+    cmd = [sys.executable, __file__, "--child", f"{variant},{chunk},{mode}",
+           "--seq-len", str(CONFIG["seq_len"])]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -229,7 +243,7 @@ def child(spec: str) -> None:
     variant, chunk, mode = spec.split(",")
     check = check_reference(variant, int(chunk)) if mode == "fwd" else None
     torch.cuda.empty_cache()
-    inputs = make_inputs("bhtd", **FIG4)
+    inputs = make_inputs("bhtd", **CONFIG)
     result = measure(reference(variant, int(chunk)), inputs, mode)
     print("RESULT " + json.dumps(dict(status="ok", check_rel_error=check, **result)), flush=True)
 
@@ -241,8 +255,7 @@ def model_ms(variant: str, chunk: int, ceil: dict, mode: str) -> float | None:
         from tflabench.analysis.roofline import runtime_additive
     except ImportError:
         return None
-    cost = kernel_cost(f"mlstm_{variant}", batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256,
-                       chunk_size=chunk, mode=mode)
+    cost = kernel_cost(f"mlstm_{variant}", **CONFIG, chunk_size=chunk, mode=mode)
     return 1e3 * runtime_additive(cost, Ceilings(ceil["flops"], ceil["bandwidth"], "measured"))
 
 
@@ -255,8 +268,11 @@ def main() -> None:
     parser.add_argument("--reference-variants", default="sig", help="exp aborts the compiler on Triton 3.6")
     parser.add_argument("--reference-chunks", default="64,128,256")
     parser.add_argument("--skip-check", action="store_true")
+    parser.add_argument("--seq-len", type=int, default=FIG4["seq_len"],
+                        help=f"sequence length; batch = {TOKENS} / seq_len (Fig. 4)")
     parser.add_argument("--child")
     args = parser.parse_args()
+    set_seq_len(args.seq_len)
     if args.child:
         return child(args.child)
     out = Path(args.out)
@@ -290,7 +306,7 @@ def main() -> None:
 
     meta = dict(
         gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-        cuda=torch.version.cuda, config=FIG4, dtype="bfloat16", ceilings=ceil, checks=checks,
+        cuda=torch.version.cuda, config=CONFIG, dtype="bfloat16", ceilings=ceil, checks=checks,
         tilings={name: TILINGS[name] for name in args.tilings.split(",")},
         command=" ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M:%S"), commit=git_state()["commit"],
     )

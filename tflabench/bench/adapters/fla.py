@@ -131,8 +131,9 @@ def lightning_inputs(point: SweepPoint, device: torch.device) -> dict:
     return references.random_inputs("lightning", point, device, log_decay=log_decay, scale=scale)
 
 
-#: Compile + autotune time of the first call on an H200 with Triton 3.6 (results/fig4-s8192: no result
-#: within 120 s for chunk_gla, 60 s for the others; baselines.md §13 measured > 200 s for chunk_gla).
+#: Compile + autotune time of the first call on an H200 with Triton 3.6: chunk_gla fwd+bwd 316 s in
+#: results/tfla-fig4 (warmup_s; other first calls 30-47 s there, part of their compilation cached by a call
+#: cut off earlier); results/fig4-s8192 had no result within 120 s / 60 s; baselines.md §13: > 200 s.
 FIRST_CALL_S = 300.0
 
 
