@@ -10,7 +10,9 @@ had compiled the kernels itself. Both paths run the same Python code, so the pro
 between the processes:
 
   path   "spec"   `get_kernel(name).reference_check(...)`, the harness's call
-         "direct" `check_mapping(...)` with the adapter's mapping, the diagnostic's call
+         "direct" `check_mapping(...)` with the adapter's mapping, the diagnostic's call (the adapter
+                  module imported before the registry loads the others)
+         "registry-direct" the same after `all_kernels()` (the registry's import order, as in "spec")
   cache  "shared" Triton's default cache directory (kernels compiled by earlier processes are loaded)
          "fresh"  an empty TRITON_CACHE_DIR (the process compiles everything itself)
 
@@ -33,8 +35,8 @@ from dataclasses import replace
 
 KERNELS = ["mlstm_kernels.mlstm_sig.xl_chunk", "mlstm_kernels.mlstm_exp.xl_chunk",
            "mlstm_kernels.mlstm_exp.limit_chunk"]
-PROBES = [("spec", "shared"), ("direct", "shared"), ("spec", "fresh"), ("direct", "fresh"),
-          ("spec", "shared")]
+PROBES = [("spec", "shared"), ("direct", "shared"), ("registry-direct", "shared"), ("spec", "fresh"),
+          ("direct", "fresh"), ("spec", "shared")]
 #: (batch, seq_len, heads, head_dim_qk, head_dim_v, chunk_size); the first is the harness's check size
 SHAPES = [(2, 128, 2, 64, 32, 64), (2, 128, 2, 64, 64, 64), (2, 256, 2, 128, 256, 128),
           (1, 8192, 2, 128, 256, 128)]
@@ -83,6 +85,10 @@ def _child(kernel: str, path: str, device: str, shapes: bool) -> None:
             if path == "spec":
                 row |= _spec_check(kernel, dtype, device)
             else:
+                if path == "registry-direct":
+                    from tflabench.bench.registry import all_kernels
+
+                    all_kernels()
                 row |= _direct_check(kernel, shape, dtype, gate_dtype, device)
         except Exception as exc:  # one configuration failing must not hide the others
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]

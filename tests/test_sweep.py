@@ -77,9 +77,14 @@ def test_fig5_preset_sweeps_chunk_sizes_of_chunkwise_mlstm_kernels_only():
     assert len(skipped) == 5 * 2 and all(job.reason == "chunk too large for SRAM" for job in skipped)
 
 
-def test_headdim_preset_keeps_embedding_4096_with_equal_head_dims():
-    jobs = expand(load_preset("tfla-headdim"), registry(kernel("ours.mlstm_sig.xl_chunk")))
-    points = [job.point for job in jobs]
+def test_headdim_preset_keeps_embedding_4096_with_equal_head_dims_and_the_papers_kernels():
+    kernels = registry(kernel("ours.mlstm_sig.xl_chunk"), kernel("fla.chunk_gla", family="gla"),
+                       kernel("fla.chunk_simple_gla", family="simple_gla"),
+                       kernel("sdpa.flash", family="softmax_attention", uses_chunk_size=False))
+    jobs = expand(load_preset("tfla-headdim"), kernels)
+    assert {job.kernel.name for job in jobs} == {"ours.mlstm_sig.xl_chunk", "fla.chunk_gla",
+                                                 "fla.chunk_simple_gla"}
+    points = [job.point for job in jobs if job.kernel.name.startswith("ours.")]
     assert sorted({p.head_dim_v for p in points}) == [32, 64, 128, 256, 512, 1024]
     assert all(p.heads * p.head_dim_v == 4096 and p.head_dim_qk == p.head_dim_v for p in points)
     assert all((p.batch, p.seq_len) == (4, 8192) for p in points)
