@@ -24,6 +24,8 @@ dig_t = (k.dk)_t.
 import triton
 import triton.language as tl
 
+from tflabench.kernels.mlstm.triton_fwd import chunk_program
+
 
 @triton.jit
 def _row_gates(b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_rows,
@@ -123,11 +125,7 @@ def chunk_dq_kernel(
     """Grid (DQK/BK, L/BLQ, NC*B*H). Writes dq [B, T, H, DQK] (layout of q) and qdq [DQK/BK, B*H, T]."""
     pid_k = tl.program_id(0)
     pid_q = tl.program_id(1)
-    pid_cbh = tl.program_id(2).to(tl.int64)
-    bh = pid_cbh // NC
-    chunk = pid_cbh % NC
-    batch = bh // H
-    head = bh % H
+    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_k = pid_k * BK + tl.arange(0, BK)
@@ -189,11 +187,7 @@ def chunk_dk_kernel(
     """Grid (DQK/BK, L/BLKV, NC*B*H). Writes dk [B, T, H, DQK] (layout of k) and kdk [DQK/BK, B*H, T]."""
     pid_k = tl.program_id(0)
     pid_kv = tl.program_id(1)
-    pid_cbh = tl.program_id(2).to(tl.int64)
-    bh = pid_cbh // NC
-    chunk = pid_cbh % NC
-    batch = bh // H
-    head = bh % H
+    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_k = pid_k * BK + tl.arange(0, BK)
@@ -254,11 +248,7 @@ def chunk_dv_kernel(
     """Grid (DV/BV, L/BLKV, NC*B*H). Writes dv [B, T, H, DV] (layout of v)."""
     pid_v = tl.program_id(0)
     pid_kv = tl.program_id(1)
-    pid_cbh = tl.program_id(2).to(tl.int64)
-    bh = pid_cbh // NC
-    chunk = pid_cbh % NC
-    batch = bh // H
-    head = bh % H
+    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_dk = tl.arange(0, BK)
@@ -319,11 +309,7 @@ def chunk_dkdv_kernel(
     [1, B*H, T].
     """
     pid_kv = tl.program_id(0)
-    pid_cbh = tl.program_id(1).to(tl.int64)
-    bh = pid_cbh // NC
-    chunk = pid_cbh % NC
-    batch = bh // H
-    head = bh % H
+    bh, chunk, batch, head = chunk_program(tl.program_id(1).to(tl.int64), NC, H)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_qk = tl.arange(0, DQK)

@@ -23,6 +23,13 @@ import triton.language as tl
 
 
 @triton.jit
+def chunk_program(pid_cbh, NC, H):
+    """(bh, chunk, batch, head) of a program indexed over NC * B * H, chunks fastest."""
+    bh = pid_cbh // NC
+    return bh, pid_cbh % NC, bh // H, bh % H
+
+
+@triton.jit
 def _log_sigmoid(x):
     """log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), stable for both signs."""
     return tl.minimum(x, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(x)))
@@ -160,11 +167,7 @@ def chunk_outputs_kernel(
     """
     pid_v = tl.program_id(0)
     pid_q = tl.program_id(1)
-    pid_cbh = tl.program_id(2).to(tl.int64)
-    bh = pid_cbh // NC
-    chunk = pid_cbh % NC
-    batch = bh // H
-    head = bh % H
+    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_dk = tl.arange(0, BK)
