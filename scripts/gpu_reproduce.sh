@@ -12,6 +12,7 @@
 #                minutes (FLA, power attention) run last and get their KernelSpec.first_call_s on top; a point
 #                cut off by the command limit is not recorded and comes first in the next call, which starts
 #                with the whole window.
+#   TFLABENCH_GPUS=0,1 spreads the kernels over those GPUs (`tflabench sweep --gpus`).
 #   The run is results/PRESET (run name = preset name); at the end it is packed, with plots/, logs/ and
 #   report.md, into $OUT/PRESET.tar.gz (one file: the device returns a limited number of files), and a
 #   calibration made in this call is copied to $OUT/calibration/.
@@ -58,8 +59,10 @@ left=$((command_s - SECONDS - report_s))
 budget=${2:-$((left - timeout_s - 60))}
 ((budget < 10)) && budget=10
 echo "== $(date -u +%FT%TZ) $preset: budget ${budget}s, point timeout ${timeout_s}s, hard stop ${left}s" >> "$log"
+gpus=()
+[[ -n ${TFLABENCH_GPUS:-} ]] && gpus=(--gpus "$TFLABENCH_GPUS")
 timeout -s INT -k 30 "$left" python3 -m tflabench sweep --preset "$preset" --run-name "$preset" --out results \
-    --resume --budget "$budget" --timeout "$timeout_s" >> "$log" 2>&1
+    --resume --budget "$budget" --timeout "$timeout_s" "${gpus[@]}" >> "$log" 2>&1
 sweep_status=$?
 ((sweep_status == 124)) && echo "== stopped at the hard limit; the running point is retried next call" >> "$log"
 

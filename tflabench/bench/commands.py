@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
+import queue
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -64,6 +66,9 @@ def sweep(
         help="Start no new point after this many seconds (continue later with --resume).")] = None,
     kernel_module: Annotated[list[str] | None, typer.Option(
         help="Import this module first to register extra kernels (repeatable).")] = None,
+    gpus: Annotated[str | None, typer.Option(
+        help="CUDA device indices, comma list (e.g. 0,1): kernels run in parallel, one at a time per GPU "
+             "(the GPUs must be of one model).")] = None,
     dry_run: Annotated[bool, typer.Option(help="List the jobs and skip reasons; measure nothing.")] = False,
 ) -> None:
     """Benchmark kernels over a sweep: runtime (median, IQR), peak memory, roofline columns."""
@@ -74,6 +79,7 @@ def sweep(
     spec = build_spec(preset, config, _given(flags), _given(measure))
     modules = tuple(kernel_module or ())
     device = _prepare_device()
+    lanes = gpu_lanes(gpus, device)
     jobs = _expand(spec, modules)
     if dry_run:
         _print_jobs(jobs)
@@ -81,7 +87,8 @@ def sweep(
     if budget is not None and budget < 0:
         raise InputError(f"--budget must be >= 0 seconds, got {budget}")
     run = run_name or f"{preset or 'sweep'}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    run_sweep(spec, jobs, _run_dir(out, run, resume), device=device, modules=modules, budget_s=budget)
+    run_sweep(spec, jobs, _run_dir(out, run, resume), device=device, modules=modules, budget_s=budget,
+              lanes=lanes)
 
 
 def _given(values: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +116,33 @@ def _prepare_device() -> str:
     if device == CPU_INTERPRETER:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     return device
+
+
+def gpu_lanes(gpus: str | None, device: str) -> list[dict[str, str]]:
+    """One environment override per GPU of ``--gpus`` (CUDA_VISIBLE_DEVICES of its workers); ``[{}]``, one
+    lane with the parent's environment, without the option."""
+    if gpus is None:
+        return [{}]
+    try:
+        indices = [int(part) for part in gpus.split(",")]
+    except ValueError:
+        raise InputError(f"--gpus must be a comma list of device indices, got {gpus!r}") from None
+    if len(set(indices)) != len(indices):
+        raise InputError(f"--gpus lists a device twice: {gpus!r}")
+    if device != "cuda":
+        raise InputError("--gpus needs CUDA devices, and this machine has none")
+    import torch
+
+    count = torch.cuda.device_count()
+    if any(not 0 <= index < count for index in indices):
+        raise InputError(f"--gpus {gpus!r}: this machine has CUDA devices 0 to {count - 1}")
+    names = {torch.cuda.get_device_name(index) for index in indices}
+    if len(names) > 1:
+        raise InputError(f"--gpus mixes GPU models ({', '.join(sorted(names))}): the rows of one run "
+                         "share one GPU name and one set of roofline ceilings")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    physical = visible.split(",") if visible else [str(index) for index in range(count)]
+    return [{"CUDA_VISIBLE_DEVICES": physical[index].strip()} for index in indices]
 
 
 def _expand(spec: SweepSpec, modules: tuple[str, ...]) -> list[Job]:
@@ -166,8 +200,10 @@ def _open_meta(run_dir: Path, spec: SweepSpec, jobs: list[Job], device: str, gpu
 
 
 def run_sweep(spec: SweepSpec, jobs: list[Job], run_dir: Path, *, device: str, modules: tuple[str, ...],
-              budget_s: float | None) -> None:
-    """Measure the jobs not yet in ``run_dir/results.csv``, then print the summary of the whole run."""
+              budget_s: float | None, lanes: list[dict[str, str]] | None = None) -> None:
+    """Measure the jobs not yet in ``run_dir/results.csv``, then print the summary of the whole run.
+
+    lanes: one environment override per lane (`gpu_lanes`); kernels run in parallel, one per lane."""
     from tflabench.bench.results import (
         LOG_DIR,
         META_FILE,
@@ -191,7 +227,7 @@ def run_sweep(spec: SweepSpec, jobs: list[Job], run_dir: Path, *, device: str, m
     with ResultsWriter(run_dir / RESULTS_FILE) as writer, _progress() as progress:
         task = progress.add_task("starting", total=len(pending))
         written = _run_jobs(pending, context, writer, lambda text: progress.update(task, description=text),
-                            lambda: progress.advance(task))
+                            lambda: progress.advance(task), lanes or [{}])
     left = len(pending) - written
     if left == 0:
         meta["finished"] = now_iso()
@@ -218,33 +254,66 @@ class _RunContext:
                         device=self.device, gpu=self.gpu, measured=measured, derived=derived)
 
 
-def _run_jobs(jobs: list[Job], context: _RunContext, writer, describe, advance) -> int:
-    """Write a row for every job (decided ones at once, the others measured kernel by kernel) until the
-    budget runs out; returns the number of rows written."""
+def _run_jobs(jobs: list[Job], context: _RunContext, writer, describe, advance,
+              lanes: list[dict[str, str]]) -> int:
+    """Write a row for every job (decided ones at once, the others measured kernel by kernel, one kernel
+    at a time per lane) until the budget runs out; returns the number of rows written."""
+    groups: queue.SimpleQueue = queue.SimpleQueue()
+    for _, group in itertools.groupby(jobs, key=lambda job: job.kernel.name):
+        groups.put(list(group))
+    lock = threading.Lock()
+    written = 0
+
+    def emit(row: dict[str, Any]) -> None:
+        nonlocal written
+        with lock:
+            writer.write(row)
+            written += 1
+            advance()
+
+    def lane(env: dict[str, str]) -> None:
+        while not context.out_of_time():
+            try:
+                group = groups.get_nowait()
+            except queue.Empty:
+                return
+            _run_kernel_group(group, context, emit, describe, env)
+
+    if len(lanes) == 1:
+        lane(lanes[0])
+    else:
+        threads = [threading.Thread(target=lane, args=(env,), name=f"lane-{number}")
+                   for number, env in enumerate(lanes)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return written
+
+
+def _run_kernel_group(group: list[Job], context: _RunContext, emit, describe, env: dict[str, str]) -> None:
+    """Rows of one kernel's jobs: decided ones first, then the measured ones from its worker processes."""
     from tflabench.bench.results import LOG_DIR
     from tflabench.bench.worker import measure_kernel_points
 
-    written = 0
-    for kernel_name, group in itertools.groupby(jobs, key=lambda job: job.kernel.name):
-        group = list(group)
-        for job in (job for job in group if job.status is not None):
-            writer.write(context.row(job, {"status": job.status, "reason": job.reason}))
-            written += 1
-            advance()
-        to_measure = {job.point: job for job in group if job.status is None}
-        points = _points_in_budget(to_measure.values(), context, describe)
-        first_call_s = group[0].kernel.first_call_s if context.device == "cuda" else 0.0
-        results = measure_kernel_points(
-            kernel_name, points, device=context.device, timeout_s=context.spec.timeout_s + first_call_s,
-            warmup=context.spec.warmup, repeats=context.spec.repeats, modules=context.modules,
-            log_path=context.run_dir / LOG_DIR / f"{kernel_name}.log")
-        for point, measured in results:
-            writer.write(context.row(to_measure[point], measured))
-            written += 1
-            advance()
-        if context.out_of_time():
-            break
-    return written
+    kernel_name = group[0].kernel.name
+    for job in (job for job in group if job.status is not None):
+        emit(context.row(job, {"status": job.status, "reason": job.reason}))
+    to_measure = {job.point: job for job in group if job.status is None}
+    if not to_measure:
+        return
+    log_path = context.run_dir / LOG_DIR / f"{kernel_name}.log"
+    if env:
+        with open(log_path, "a") as log:
+            log.write(f"== lane: {' '.join(f'{name}={value}' for name, value in env.items())}\n")
+    points = _points_in_budget(to_measure.values(), context, describe)
+    first_call_s = group[0].kernel.first_call_s if context.device == "cuda" else 0.0
+    results = measure_kernel_points(
+        kernel_name, points, device=context.device, timeout_s=context.spec.timeout_s + first_call_s,
+        warmup=context.spec.warmup, repeats=context.spec.repeats, modules=context.modules,
+        log_path=log_path, env=env)
+    for point, measured in results:
+        emit(context.row(to_measure[point], measured))
 
 
 def _points_in_budget(jobs, context: _RunContext, describe):

@@ -134,9 +134,10 @@ class WorkerStartError(RuntimeError):
         self.reason = reason
 
 
-def _worker_environment() -> dict[str, str]:
-    """The parent's environment with its import path, so the worker finds the same kernel modules."""
-    env = dict(os.environ)
+def _worker_environment(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """The parent's environment with its import path, so the worker finds the same kernel modules, and
+    ``overrides`` (a sweep lane's CUDA_VISIBLE_DEVICES)."""
+    env = dict(os.environ, **(overrides or {}))
     paths = [path for path in sys.path if path]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
@@ -148,7 +149,7 @@ class KernelWorker:
     """Parent-side handle of one worker process measuring points of one kernel."""
 
     def __init__(self, kernel: str, device: str, modules: tuple[str, ...], warmup: int, repeats: int,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         command = [sys.executable, "-m", "tflabench.bench.worker", "--kernel", kernel, "--device", device,
                    "--warmup", str(warmup), "--repeats", str(repeats)]
         for module in modules:
@@ -157,7 +158,7 @@ class KernelWorker:
         self._log_path = log_path
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=self._log, text=True, start_new_session=True,
-                                         env=_worker_environment())
+                                         env=_worker_environment(env))
         self._replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read_replies, name=f"worker-{kernel}", daemon=True).start()
         ready = self._next_reply(STARTUP_TIMEOUT_S)
@@ -234,11 +235,12 @@ class KernelWorker:
 
 def measure_kernel_points(kernel: str, points: Iterable[SweepPoint], *, device: str, timeout_s: float,
                           warmup: int, repeats: int, modules: tuple[str, ...] = (),
-                          log_path: Path | None = None) -> Iterator[tuple[SweepPoint, dict[str, Any]]]:
+                          log_path: Path | None = None,
+                          env: dict[str, str] | None = None) -> Iterator[tuple[SweepPoint, dict[str, Any]]]:
     """Measure points of one kernel in worker processes; yields (point, measured columns) in order.
 
     A worker that crashed or timed out is replaced for the next point; a worker that cannot start gives
-    every remaining point its start failure.
+    every remaining point its start failure. ``env`` is added to the workers' environment.
     """
     worker: KernelWorker | None = None
     start_failure: dict[str, Any] | None = None
@@ -246,7 +248,7 @@ def measure_kernel_points(kernel: str, points: Iterable[SweepPoint], *, device: 
         for point in points:
             if start_failure is None and worker is None:
                 try:
-                    worker = KernelWorker(kernel, device, modules, warmup, repeats, log_path)
+                    worker = KernelWorker(kernel, device, modules, warmup, repeats, log_path, env)
                 except WorkerStartError as exc:
                     start_failure = {"status": exc.status, "reason": exc.reason}
             if start_failure is not None:
