@@ -70,6 +70,9 @@ TILINGS = {
     "state-128x128": dict(state_block_qk=128, state_block_v=128),
     "state-128x128-w8": dict(state_block_qk=128, state_block_v=128, state_num_warps=8),
     "out-q128-kv32-w8": dict(block_q=128, out_block_kv=32, out_num_warps=8),
+    # one output program per (q tile, chunk) over all of Dv = 256: the scores Q K^T computed once, not twice
+    "out-v256": dict(out_block_v=256),
+    "out-v256-w8": dict(out_block_v=256, out_num_warps=8),
     # long sequences, small batch: more state-kernel programs for the sequential recurrence over chunks
     "state-v64": dict(state_block_v=64),
     "state-32x64": dict(state_block_qk=32, state_block_v=64),

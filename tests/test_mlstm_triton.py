@@ -282,9 +282,10 @@ TILINGS = [
             block_qk=16,
             block_v=32,
             out_block_kv=16,
+            out_block_v=32,
             fused_dkdv=False,
         ),
-        id="L32-q32-kv16-out16-split-dkdv",
+        id="L32-q32-kv16-out16-v32-split-dkdv",
     ),
     pytest.param(
         Tiling(
@@ -297,10 +298,11 @@ TILINGS = [
             block_qk=16,
             block_v=32,
             out_block_kv=32,
+            out_block_v=64,
             fused_dkdv=True,
             dkdv_block_kv=32,
         ),
-        id="L64-q32-kv16-out32-fused-dkdv",
+        id="L64-q32-kv16-out32-v64-fused-dkdv",
     ),
 ]
 
@@ -308,8 +310,8 @@ TILINGS = [
 @pytest.mark.parametrize("variant, normalize", CELLS)
 @pytest.mark.parametrize("tiling", TILINGS)
 def test_matches_reference_with_a_non_default_tiling(variant, normalize, tiling):
-    """block_q != block_kv (and the forward's out_block_kv), every block smaller than the chunk or head dim
-    it tiles (Dqk 32, Dv 64)."""
+    """block_q != block_kv (and the forward's out_block_kv), the blocks smaller than the chunk or head dim
+    they tile (Dqk 32, Dv 64), the forward's value block split (v32) or the whole value head dim (v64)."""
     problem = make_problem(seed=6, shape=Shape(head_dim_qk=32, head_dim_v=64), initial_state=True)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=tiling.chunk, tiling=tiling), problem, F32)
@@ -479,6 +481,7 @@ VALID_TILING = Tiling.default(32, head_dim_qk=16, head_dim_v=32)
         (dict(block_q=16, block_kv=32), "block_kv"),
         (dict(block_q=64), "must divide the chunk"),
         (dict(block_qk=32), "head-dim blocks 32/32 must divide the head dims 16/32"),
+        (dict(out_block_v=64), "head-dim blocks 16/64 must divide the head dims 16/32"),
     ],
 )
 def test_rejects_invalid_tilings(change, message):

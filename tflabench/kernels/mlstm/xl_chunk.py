@@ -37,7 +37,9 @@ class Tiling:
     and state_block_v (the state tile of one program), state_num_warps, state_num_stages. Parallel (output
     and gradient) kernels: block_q / block_kv (B_Lhq / B_Lkv, block_q >= block_kv, both divide L),
     block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages; the forward output kernel has its own
-    out_block_kv and out_num_warps (its best key/value tile differs from the backward kernels').
+    out_block_kv, out_block_v and out_num_warps (its best tiles differ from the backward kernels'; each
+    of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a wider value block
+    computes them fewer times, for a larger accumulator).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     measured slower than the split kernels at Dqk 128 / Dv 256 on an H200, so off by default.
@@ -55,6 +57,7 @@ class Tiling:
     num_warps: int = 4
     num_stages: int = 1
     out_block_kv: int = 64
+    out_block_v: int = 64
     out_num_warps: int = 4
     state_num_warps: int = 4
     state_num_stages: int = 1
@@ -89,13 +92,14 @@ class Tiling:
             block_v=_largest_pow2_block(head_dim_v, head_block),
             num_stages=2,
             out_block_kv=out_tile,
+            out_block_v=_largest_pow2_block(head_dim_v, head_block),
             fused_dkdv=False,
             dkdv_block_kv=tile,
         )
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         blocks = ("chunk", "block_state", "state_block_qk", "state_block_v", "block_q", "block_kv",
-                  "block_qk", "block_v", "dkdv_block_kv", "out_block_kv")
+                  "block_qk", "block_v", "dkdv_block_kv", "out_block_kv", "out_block_v")
         for name in blocks:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
@@ -106,7 +110,9 @@ class Tiling:
         if self.chunk % self.dkdv_block_kv or self.block_q % self.out_block_kv:
             raise InputError(f"tiling: dkdv_block_kv ({self.dkdv_block_kv}) must divide the chunk "
                              f"({self.chunk}), out_block_kv ({self.out_block_kv}) must divide block_q")
-        for qk_block, v_block in ((self.block_qk, self.block_v), (self.state_block_qk, self.state_block_v)):
+        pairs = ((self.block_qk, self.block_v), (self.block_qk, self.out_block_v),
+                 (self.state_block_qk, self.state_block_v))
+        for qk_block, v_block in pairs:
             if head_dim_qk % qk_block or head_dim_v % v_block:
                 raise InputError(f"tiling: head-dim blocks {qk_block}/{v_block} must divide the head dims "
                                  f"{head_dim_qk}/{head_dim_v}")
@@ -191,13 +197,13 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
-    grid = (DV // tiling.block_v, tiling.chunk // tiling.block_q, NC * B * H)
+    grid = (DV // tiling.out_block_v, tiling.chunk // tiling.block_q, NC * B * H)
     triton_fwd.chunk_outputs_kernel[grid](
         q, k, v, log_f_cumsum, log_i, states, norms, maxes, h, denom, m_comb,
         *_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(h),
         T, H, NC, 1.0 / math.sqrt(DQK), eps,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
-        BK=tiling.block_qk, BV=tiling.block_v, STABILIZE=stabilize, NORMALIZE=normalize,
+        BK=tiling.block_qk, BV=tiling.out_block_v, STABILIZE=stabilize, NORMALIZE=normalize,
         num_warps=tiling.out_num_warps, num_stages=tiling.num_stages,
     )
     return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, state_dtype)
