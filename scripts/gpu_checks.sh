@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU checks and kernel measurements of one device command (about 8 minutes on an H200), packed into
+# $OUT/checks.tar.gz. Meant for one GPU of a two-GPU machine while scripts/gpu_reproduce.sh runs a preset on
+# the other (CUDA_VISIBLE_DEVICES picks the GPU).
+#
+#   1. pytest -m gpu tests/test_mlstm_triton_gpu.py   our kernels against float64, bf16 at real sizes
+#   2. scripts/diagnose_mlstm_kernels.py             why the reference kernels fail the harness's gate
+#   3. pytest -m gpu tests/test_adapters_gpu.py       every adapter's bf16 reference check
+#   4. scripts/bench_tfla_vs_reference.py            tiling candidates at T = 8192 and 65,536
+#
+# Usage, on the GPU machine in the repository root, with wheels/ carried:
+#   TFLABENCH_GIT_COMMIT=<commit> OUT=<dir> bash scripts/gpu_checks.sh [STEPS]
+# STEPS: comma list of kernels,diagnose,adapters,bench (default: kernels,diagnose,bench, which fit one
+# 10-minute command; the adapters step takes about 3 more minutes). Each step has a time limit, and a step
+# that fails does not stop the next.
+set -uo pipefail
+
+out=${OUT:?OUT must name the folder whose files come back from the device}
+steps=${1:-kernels,diagnose,bench}
+work=$(mktemp -d)/checks
+mkdir -p "$work"
+[[ -d /tmp/site/fla ]] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+    wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+
+step() {  # name seconds command...
+    local name=$1 seconds=$2
+    shift 2
+    [[ ,$steps, == *,$name,* ]] || return 0
+    echo "== $(date -u +%FT%TZ) $name (at most ${seconds}s)"
+    timeout -k 10 "$seconds" "$@" > "$work/$name.txt" 2>&1
+    echo "== $name: exit $?"
+    tail -n 3 "$work/$name.txt"
+}
+
+step kernels 150 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
+step diagnose 110 python3 scripts/diagnose_mlstm_kernels.py --kernels mlstm_kernels.mlstm_sig.xl_chunk --timeout 40
+TFLABENCH_GPU_CHECK_DEADLINE_S=150 step adapters 180 \
+    python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
+if [[ ,$steps, == *,bench,* ]]; then
+    step bench 180 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
+        --variants sig,exp --tilings default,out-v256-w8 --reference-variants sig --reference-chunks 128
+    mv "$work/bench.txt" "$work/bench-s8192.txt"
+    step bench 100 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
+        --chunks 128 --variants sig --tilings default,state-v64,state-32x64 --reference-chunks 128 --skip-check
+    mv "$work/bench.txt" "$work/bench-s65536.txt"
+fi
+tar czf "$out/checks.tar.gz" -C "$(dirname "$work")" checks
+echo "packed $out/checks.tar.gz"
