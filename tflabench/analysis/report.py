@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tflabench.analysis import paper_numbers
+from tflabench.analysis import paper_claims, paper_numbers
 from tflabench.analysis.plots import PLOT_KINDS, Rendered, render
 from tflabench.analysis.run_data import (
     Run,
@@ -88,6 +88,8 @@ def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
         chunk_optimum_markdown(run),
         "## Comparison with the TFLA paper (H100)",
         paper_comparison_markdown(run),
+        "### The paper's statements, checked on this run",
+        paper_claims_markdown(run),
         "## Plots",
         plots_markdown(run, rendered),
         "## Not measured: failures, unavailable and skipped points",
@@ -305,6 +307,19 @@ def paper_comparison_markdown(run: Run) -> str:
         parts += [f"### {figure}: {spec.title}", _paper_figure_table(rows, spec.axis, set(common))]
     parts += ["### Peak memory (GB)", _paper_memory_table(comparison)]
     return "\n\n".join(parts)
+
+
+def paper_claims_markdown(run: Run) -> str:
+    """The paper's statements about its benchmarks that this run's measured rows can check."""
+    checked = paper_claims.check_claims(run.measured)
+    if not checked:
+        return ("This run has none of the rows the paper's statements are about (Fig. 4's 65,536-token "
+                "sweep, Fig. 5's chunk sweep of mLSTMsig).")
+    rows = [[claim.figure, claim.statement, claim.paper, verdict.measured,
+             "holds" if verdict.holds else "**does not hold**"] for claim, verdict in checked]
+    header = ["figure", "the paper says", "the paper's data", "this run", "verdict"]
+    return ("Our mLSTM kernels stand in for the paper's; attention is causal here. The differences listed "
+            "above apply.\n\n" + _table(header, rows))
 
 
 def _note_parts(difference: str) -> list[str]:
