@@ -73,6 +73,9 @@ TILINGS = {
     # one output program per (q tile, chunk) over all of Dv = 256: the scores Q K^T computed once, not twice
     "out-v256": dict(out_block_v=256),
     "out-v256-w8": dict(out_block_v=256, out_num_warps=8),
+    # the backward's dV kernel over all of Dv = 256: K Q^T computed once per key tile, not twice
+    "dv-v256": dict(dv_block_v=256),
+    "out-dv-v256-w8": dict(out_block_v=256, out_num_warps=8, dv_block_v=256, num_warps=8),
     # long sequences, small batch: more state-kernel programs for the sequential recurrence over chunks
     "state-v64": dict(state_block_v=64),
     "state-32x64": dict(state_block_qk=32, state_block_v=64),

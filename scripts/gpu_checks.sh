@@ -38,10 +38,11 @@ step diagnose 110 python3 scripts/diagnose_mlstm_kernels.py --kernels mlstm_kern
 TFLABENCH_GPU_CHECK_DEADLINE_S=150 step adapters 180 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
 if [[ ,$steps, == *,bench,* ]]; then
-    step bench 180 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
-        --variants sig,exp --tilings default,out-v256-w8 --reference-variants sig --reference-chunks 128
+    step bench 200 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
+        --variants sig,exp --tilings default,out-v256-w8,out-dv-v256-w8 --reference-variants sig \
+        --reference-chunks 128
     mv "$work/bench.txt" "$work/bench-s8192.txt"
-    step bench 100 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
+    step bench 90 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
         --chunks 128 --variants sig --tilings default,state-v64,state-32x64 --reference-chunks 128 --skip-check
     mv "$work/bench.txt" "$work/bench-s65536.txt"
 fi

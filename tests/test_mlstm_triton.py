@@ -283,9 +283,10 @@ TILINGS = [
             block_v=32,
             out_block_kv=16,
             out_block_v=32,
+            dv_block_v=64,
             fused_dkdv=False,
         ),
-        id="L32-q32-kv16-out16-v32-split-dkdv",
+        id="L32-q32-kv16-out16-v32-dv64-split-dkdv",
     ),
     pytest.param(
         Tiling(
@@ -311,7 +312,8 @@ TILINGS = [
 @pytest.mark.parametrize("tiling", TILINGS)
 def test_matches_reference_with_a_non_default_tiling(variant, normalize, tiling):
     """block_q != block_kv (and the forward's out_block_kv), the blocks smaller than the chunk or head dim
-    they tile (Dqk 32, Dv 64), the forward's value block split (v32) or the whole value head dim (v64)."""
+    they tile (Dqk 32, Dv 64), the forward's value block split (v32) or the whole value head dim (v64), and
+    the dV kernel's value block over the whole value head dim (dv64) next to split dQ / dK blocks."""
     problem = make_problem(seed=6, shape=Shape(head_dim_qk=32, head_dim_v=64), initial_state=True)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=tiling.chunk, tiling=tiling), problem, F32)

@@ -39,7 +39,8 @@ class Tiling:
     block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages; the forward output kernel has its own
     out_block_kv, out_block_v and out_num_warps (its best tiles differ from the backward kernels'; each
     of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a wider value block
-    computes them fewer times, for a larger accumulator).
+    computes them fewer times, for a larger accumulator). dv_block_v: the same choice for the backward's
+    dV kernel (each program recomputes K Q^T for its dv_block_v columns of dV).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     measured slower than the split kernels at Dqk 128 / Dv 256 on an H200, so off by default.
@@ -59,6 +60,7 @@ class Tiling:
     out_block_kv: int = 64
     out_block_v: int = 64
     out_num_warps: int = 4
+    dv_block_v: int = 64
     state_num_warps: int = 4
     state_num_stages: int = 1
     fused_dkdv: bool = False
@@ -93,13 +95,14 @@ class Tiling:
             num_stages=2,
             out_block_kv=out_tile,
             out_block_v=_largest_pow2_block(head_dim_v, head_block),
+            dv_block_v=_largest_pow2_block(head_dim_v, head_block),
             fused_dkdv=False,
             dkdv_block_kv=tile,
         )
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         blocks = ("chunk", "block_state", "state_block_qk", "state_block_v", "block_q", "block_kv",
-                  "block_qk", "block_v", "dkdv_block_kv", "out_block_kv", "out_block_v")
+                  "block_qk", "block_v", "dkdv_block_kv", "out_block_kv", "out_block_v", "dv_block_v")
         for name in blocks:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
@@ -111,7 +114,7 @@ class Tiling:
             raise InputError(f"tiling: dkdv_block_kv ({self.dkdv_block_kv}) must divide the chunk "
                              f"({self.chunk}), out_block_kv ({self.out_block_kv}) must divide block_q")
         pairs = ((self.block_qk, self.block_v), (self.block_qk, self.out_block_v),
-                 (self.state_block_qk, self.state_block_v))
+                 (self.block_qk, self.dv_block_v), (self.state_block_qk, self.state_block_v))
         for qk_block, v_block in pairs:
             if head_dim_qk % qk_block or head_dim_v % v_block:
                 raise InputError(f"tiling: head-dim blocks {qk_block}/{v_block} must divide the head dims "
@@ -264,10 +267,10 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
             q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale,
             **dims, **blocks, **flags, **launch,
         )
-        triton_bwd.chunk_dv_kernel[(DV // tiling.block_v, tiling.chunk // tiling.block_kv, NC * B * H)](
+        triton_bwd.chunk_dv_kernel[(DV // tiling.dv_block_v, tiling.chunk // tiling.block_kv, NC * B * H)](
             q, k, dh, *gates, dstates, dv,
             *_token_strides(q), *_token_strides(k), *_token_strides(dh), *_token_strides(dv),
-            T, H, NC, qk_scale, **dims, **blocks, **flags, **launch,
+            T, H, NC, qk_scale, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags, **launch,
         )
     di, df = _gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd, dc_last, sig)
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
