@@ -111,6 +111,7 @@ def test_isolated_checks_report_failures_errors_timeouts_and_the_deadline():
 
     wrong, absent = run(["wrong.sdpa_math_non_causal", "surely.absent.kernel"])
     assert wrong.status == isolated_checks.FAILED and wrong.rel_error > 0.1
+    assert "|out|/|ref|" in wrong.detail and "wrong from t = 0 of 128" in wrong.detail
     assert absent.status == isolated_checks.ERROR and "unknown kernel" in absent.detail
     assert run(["wrong.sdpa_math_non_causal"], timeout_s=0.01)[0].status == isolated_checks.TIMED_OUT
     assert run(["wrong.sdpa_math_non_causal"], deadline_s=-1)[0].status == isolated_checks.NOT_RUN

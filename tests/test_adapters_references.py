@@ -211,3 +211,15 @@ def test_alibi_slopes_of_a_power_of_two_and_of_six_heads():
 def test_tolerances_cover_every_benchmark_dtype():
     assert set(references.TOLERANCES) >= {"bfloat16", "float16", "float32"}
     assert all(a > b for a, b in itertools.pairwise(references.TOLERANCES.values()))
+
+
+def test_mismatch_summary_names_the_norm_ratio_non_finite_entries_and_the_first_wrong_step():
+    reference = torch.randn(2, 16, 2, 8, dtype=torch.float64)
+    garbage_from_5 = reference.clone()
+    garbage_from_5[:, 5:] = torch.randn(2, 11, 2, 8, dtype=torch.float64)
+    assert "wrong from t = 5 of 16 (11 steps)" in references.mismatch_summary(garbage_from_5, reference)
+    doubled = 2 * reference
+    doubled[0, 3, 0, 0] = math.nan
+    summary = references.mismatch_summary(doubled, reference)
+    assert summary.startswith("|out|/|ref| 2") and "1 non-finite entries" in summary
+    assert "wrong from t = 0 of 16 (16 steps)" in summary

@@ -202,6 +202,27 @@ def relative_error(output: Tensor, reference: Tensor) -> float:
     return float(torch.linalg.vector_norm(difference) / torch.linalg.vector_norm(reference))
 
 
+def mismatch_summary(output: Tensor, reference: Tensor) -> str:
+    """What a failed check's output looks like next to the reference [B, T, H, D]: norm ratio, non-finite
+    entries, and the first time step whose relative error exceeds 10 % (garbage from some position on,
+    a wrong mask, or scaled but otherwise right)."""
+    output, reference = output.detach().to(torch.float64), reference.to(torch.float64)
+    finite = torch.isfinite(output)
+    norm_ratio = torch.linalg.vector_norm(output[finite]) / torch.linalg.vector_norm(reference)
+    parts = [f"|out|/|ref| {norm_ratio:.3g}"]
+    if not finite.all():
+        parts.append(f"{int((~finite).sum())} non-finite entries")
+    difference = torch.where(finite, output - reference, torch.zeros_like(output))
+    def step_norms(x: Tensor) -> Tensor:  # [T]: the norm over everything but the time axis
+        return x.transpose(0, 1).flatten(1).norm(dim=1)
+
+    per_step = step_norms(difference) / step_norms(reference)
+    wrong_steps = torch.nonzero(per_step > 0.1).flatten()
+    if len(wrong_steps):
+        parts.append(f"wrong from t = {int(wrong_steps[0])} of {output.shape[1]} ({len(wrong_steps)} steps)")
+    return ", ".join(parts)
+
+
 # ------------------------------------------------------------------------------------------- random inputs
 def alibi_slopes(heads: int) -> Tensor:
     """ALiBi slopes lambda_h (float64 [H]): 2^(-8 (h+1) / H) for H a power of two; otherwise those of the

@@ -112,6 +112,8 @@ def check_mapping(
     detail = f"{point.key()} on {device}"
     if tuple(output.shape) != tuple(reference.shape):
         detail += f"; output shape {tuple(output.shape)}, expected {tuple(reference.shape)}"
+    elif not error <= tolerance:
+        detail += f"; {references.mismatch_summary(output, reference)}"
     return CheckResult(passed=error <= tolerance, rel_error=error, tolerance=tolerance, detail=detail)
 
 
