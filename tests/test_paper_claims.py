@@ -13,7 +13,7 @@ MLSTM_SHAPE = {"heads": 16, "head_dim_qk": 128, "head_dim_v": 256, "chunk_size":
 def fig4_rows(kernel: str, mode: str, times: dict[int, float], **shape) -> list[dict]:
     shape = MLSTM_SHAPE | shape
     return [{"kernel": kernel, "mode": mode, "seq_len": seq_len, "batch": 65536 // seq_len, "time_ms": time,
-             **shape} for seq_len, time in times.items()]
+             "dtype": "bfloat16", **shape} for seq_len, time in times.items()]
 
 
 def verdicts(rows: list[dict]) -> dict[str, paper_claims.Verdict]:
@@ -65,7 +65,7 @@ def test_forward_peers_must_be_faster_but_within_one_ms():
 
 def test_chunk_optimum_of_the_fig5_sweep_and_claims_without_rows_are_left_out():
     rows = [{"kernel": SIG_XL, "mode": "fwdbw", "seq_len": 8192, "batch": 8, "heads": 8, "head_dim_qk": 256,
-             "head_dim_v": 512, "chunk_size": chunk, "time_ms": time}
+             "head_dim_v": 512, "chunk_size": chunk, "time_ms": time, "dtype": "bfloat16"}
             for chunk, time in ((64, 9.0), (128, 8.5), (256, 9.2), (512, 11.0))]
     checked = verdicts(rows)
     assert list(checked) == [claim_of(paper_claims._chunk_optimum)]
@@ -76,3 +76,8 @@ def test_our_mlstm_rows_of_other_head_dims_do_not_count_for_fig4():
     wider = fig4_rows(EXP_LIMIT, "fwdbw", {8192: 6.5}, head_dim_v=512)
     rows = fig4_rows(EXP_XL, "fwdbw", {8192: 5.0}) + wider
     assert claim_of(paper_claims._xl_vs_limit) not in verdicts(rows)
+
+
+def test_float32_rows_check_nothing():
+    rows = fig4_rows(EXP_XL, "fwd", {8192: 2.0}) + fig4_rows(SIG_XL, "fwd", {8192: 1.5})
+    assert verdicts(rows) and not verdicts([row | {"dtype": "float32"} for row in rows])

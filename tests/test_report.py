@@ -21,6 +21,8 @@ SECTIONS = (
     "### fwd",
     "### fwdbw",
     "## Chunk size: measured and theoretical optimum",
+    "## Comparison with the TFLA paper (H100)",
+    "## The TFLA paper's statements, checked on this run",
     "## Plots",
     "## Not measured: failures, unavailable and skipped points",
 )

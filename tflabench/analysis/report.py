@@ -88,7 +88,7 @@ def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
         chunk_optimum_markdown(run),
         "## Comparison with the TFLA paper (H100)",
         paper_comparison_markdown(run),
-        "### The paper's statements, checked on this run",
+        "## The TFLA paper's statements, checked on this run",
         paper_claims_markdown(run),
         "## Plots",
         plots_markdown(run, rendered),
