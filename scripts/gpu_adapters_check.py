@@ -28,6 +28,7 @@ from tflabench.bench.adapters.isolated_checks import (
     KNOWN_FAILURES,
     PASSED,
     CheckOutcome,
+    is_known_failure,
     run_checks,
 )
 
@@ -81,7 +82,7 @@ def _expected(outcome: CheckOutcome) -> bool:
 def _note(outcome: CheckOutcome) -> str:
     if outcome.kernel == WRONG_KERNEL:
         return "wrong adapter caught" if outcome.status == FAILED else "WRONG ADAPTER NOT CAUGHT"
-    if not _expected(outcome) and outcome.kernel in KNOWN_FAILURES:
+    if is_known_failure(outcome):
         return f"known: {KNOWN_FAILURES[outcome.kernel]}"
     return "" if _expected(outcome) else "UNEXPECTED"
 
@@ -116,8 +117,8 @@ def main() -> int:
     output()
     for line in _summary(outcomes):
         output(line)
-    unexpected = [o.kernel for o in outcomes if not _expected(o) and o.kernel not in KNOWN_FAILURES]
-    known = [o.kernel for o in outcomes if not _expected(o) and o.kernel in KNOWN_FAILURES]
+    unexpected = [o.kernel for o in outcomes if not _expected(o) and not is_known_failure(o)]
+    known = [o.kernel for o in outcomes if is_known_failure(o)]
     passed = sum(o.status == PASSED for o in outcomes)
     crashed = sum(o.status == CRASHED for o in outcomes)
     output()

@@ -124,3 +124,11 @@ def test_isolated_checks_classify_a_killed_child_as_a_crash(monkeypatch):
     monkeypatch.setattr(isolated_checks.subprocess, "run", aborted)
     outcome = isolated_checks.run_isolated("any.kernel", "bfloat16", "cuda", timeout_s=1)
     assert outcome.status == isolated_checks.CRASHED and outcome.detail.startswith("SIGABRT: python: SLP")
+
+
+def test_only_a_crash_of_a_listed_kernel_is_a_known_failure():
+    listed = next(iter(isolated_checks.KNOWN_FAILURES))
+    crash = isolated_checks.CheckOutcome(listed, isolated_checks.CRASHED)
+    wrong_result = isolated_checks.CheckOutcome(listed, isolated_checks.FAILED, rel_error=1.1, tolerance=0.03)
+    assert isolated_checks.is_known_failure(crash) and not isolated_checks.is_known_failure(wrong_result)
+    assert not isolated_checks.is_known_failure(isolated_checks.CheckOutcome("torch.sdpa.flash", "crash"))

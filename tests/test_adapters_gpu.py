@@ -15,7 +15,13 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 
-from tflabench.bench.adapters.isolated_checks import FAILED, KNOWN_FAILURES, PASSED, run_checks
+from tflabench.bench.adapters.isolated_checks import (
+    FAILED,
+    KNOWN_FAILURES,
+    PASSED,
+    is_known_failure,
+    run_checks,
+)
 from tflabench.bench.registry import all_kernels
 from tflabench.cli import main
 
@@ -45,7 +51,7 @@ def test_available_kernel_passes_its_bf16_reference_check(name, outcomes):
     if not availability.available:
         pytest.skip(f"unavailable: {availability.reason}")
     outcome = outcomes[name]
-    if outcome.status != PASSED and name in KNOWN_FAILURES:
+    if is_known_failure(outcome):
         pytest.xfail(f"{KNOWN_FAILURES[name]}: {outcome.status} {outcome.detail}")
     assert outcome.status == PASSED, outcome
 
