@@ -9,9 +9,9 @@
 #     BUDGET_S   start no new point after this many seconds (default: what the command limit leaves after one
 #                more point and the report).
 #     TIMEOUT_S  seconds per point, warm-up and compilation included (default 120). Kernels that autotune for
-#                minutes (FLA, power attention) run last and get their KernelSpec.first_call_s on top; a point
-#                cut off by the command limit is not recorded and comes first in the next call, which starts
-#                with the whole window.
+#                minutes (FLA, power attention) run last and get their KernelSpec.first_call_s on top, and
+#                are not started when less than that is left of the budget; a point cut off by the command
+#                limit is not recorded and comes first in the next call, which starts with the whole window.
 #   TFLABENCH_GPUS=0,1 spreads the kernels over those GPUs (`tflabench sweep --gpus`).
 #   The run is results/PRESET (run name = preset name); at the end it is packed, with plots/, logs/ and
 #   report.md, into $OUT/PRESET.tar.gz (one file: the device returns a limited number of files), and a

@@ -1,10 +1,14 @@
 """Sweep specification: presets, axis parsing, kernel selection, expansion and skip reasons."""
 
+import time
+from dataclasses import replace
+
 import pytest
 
 from tflabench.bench.commands import build_spec
-from tflabench.bench.registry import Availability, KernelSpec
+from tflabench.bench.registry import Availability, KernelSpec, SweepPoint
 from tflabench.bench.sweep import (
+    Job,
     Shape,
     SweepSpec,
     expand,
@@ -187,3 +191,17 @@ def test_later_overrides_win_and_clear_the_partner_axis():
 def test_impossible_derived_axes_are_input_errors(shape, message):
     with pytest.raises(InputError, match=message):
         expand(SweepSpec(shape=shape), registry(kernel("k")))
+
+
+def test_a_kernel_whose_first_call_does_not_fit_the_budget_waits_for_the_next_resume(tmp_path):
+    from tflabench.bench.commands import _run_kernel_group, _RunContext
+    from tflabench.bench.results import Derivation
+
+    slow = kernel("fla.autotunes", first_call_s=300.0)
+    point = SweepPoint(1, 64, 2, 8, 8, 16)
+    group = [Job(slow, point), Job(slow, replace(point, chunk_size=128), "skipped", "chunk too large")]
+    context = _RunContext(tmp_path, "cuda", "", Derivation(""), SweepSpec(), (), time.monotonic() + 60)
+    rows = []
+    _run_kernel_group(group, context, rows.append, lambda text: None, {})
+    assert [row["status"] for row in rows] == ["skipped"]
+    assert context.time_left_for(30.0) and not context.time_left_for(300.0)

@@ -246,6 +246,12 @@ class _RunContext:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
+    def time_left_for(self, seconds: float) -> bool:
+        """Whether the budget leaves ``seconds`` (a kernel's first call: compilation and autotuning) before
+        it ends: a first call of minutes started just before the budget ends would be cut off by the
+        command's time limit and lost, so such a kernel waits for the next --resume."""
+        return self.deadline is None or time.monotonic() + seconds <= self.deadline
+
     def row(self, job: Job, measured: dict[str, Any]) -> dict[str, Any]:
         from tflabench.bench.results import make_row
 
@@ -300,14 +306,14 @@ def _run_kernel_group(group: list[Job], context: _RunContext, emit, describe, en
     for job in (job for job in group if job.status is not None):
         emit(context.row(job, {"status": job.status, "reason": job.reason}))
     to_measure = {job.point: job for job in group if job.status is None}
-    if not to_measure:
+    first_call_s = group[0].kernel.first_call_s if context.device == "cuda" else 0.0
+    if not to_measure or not context.time_left_for(first_call_s):
         return
     log_path = context.run_dir / LOG_DIR / f"{kernel_name}.log"
     if env:
         with open(log_path, "a") as log:
             log.write(f"== lane: {' '.join(f'{name}={value}' for name, value in env.items())}\n")
     points = _points_in_budget(to_measure.values(), context, describe)
-    first_call_s = group[0].kernel.first_call_s if context.device == "cuda" else 0.0
     results = measure_kernel_points(
         kernel_name, points, device=context.device, timeout_s=context.spec.timeout_s + first_call_s,
         warmup=context.spec.warmup, repeats=context.spec.repeats, modules=context.modules,
