@@ -88,6 +88,8 @@ def test_headdim_preset_keeps_embedding_4096_with_equal_head_dims_and_the_papers
     jobs = expand(load_preset("tfla-headdim"), kernels)
     assert {job.kernel.name for job in jobs} == {"ours.mlstm_sig.xl_chunk", "fla.chunk_gla",
                                                  "fla.chunk_simple_gla"}
+    fla_dims = {job.point.head_dim_v for job in jobs if job.kernel.name.startswith("fla.")}
+    assert fla_dims == {128, 256, 512, 1024}  # as in the paper
     points = [job.point for job in jobs if job.kernel.name.startswith("ours.")]
     assert sorted({p.head_dim_v for p in points}) == [32, 64, 128, 256, 512, 1024]
     assert all(p.heads * p.head_dim_v == 4096 and p.head_dim_qk == p.head_dim_v for p in points)
