@@ -202,39 +202,10 @@ def _speedup_cell(row, baseline_ms: float | None, fastest_ms: float | None) -> s
 
 def chunk_optimum_markdown(run: Run) -> str:
     """Measured optimal chunk size of each mLSTM chunk sweep next to Eq. 121 / §11.3 and the model time."""
-    from tflabench.analysis import models, roofline
-
     optima = chunk_optima(run)
     if not optima:
         return "No mLSTM kernel of this run was measured at two or more chunk sizes."
-    rows = []
-    for optimum in optima:
-        sweep, best = optimum.sweep, optimum.sweep.best
-        theory, runnable, model = "–", "–", "–"
-        if optimum.theory_chunk is not None:
-            theory = f"{optimum.theory_chunk:.0f}"
-            runnable = f"{optimum.runnable_chunk} ({optimum.reason})"
-            if pd.notna(best["flops"]) and pd.notna(best["bytes"]):
-                cost = models.Cost(flops=float(best["flops"]), bytes=float(best["bytes"]))
-                model_ms = roofline.runtime_additive(cost, optimum.ceilings) * 1e3
-                model = f"{model_ms:.2f} ({optimum.measured_ms / model_ms:.2f}×)"
-        achieved = "–"
-        if optimum.achieved_theory_chunk is not None:
-            rate, chunk = optimum.achieved_flops / 1e12, optimum.achieved_theory_chunk
-            achieved = f"{rate:.0f} TFLOP/s: L* = {chunk:.0f}"
-        rows.append(
-            [
-                sweep.kernel,
-                dims_label(sweep.heads, sweep.head_dim_qk, sweep.head_dim_v),
-                f"T={count_label(sweep.seq_len)} B={sweep.batch}",
-                sweep.mode,
-                f"{optimum.measured_chunk} ({optimum.measured_ms:.2f} ms)",
-                theory,
-                runnable,
-                model,
-                achieved,
-            ]
-        )
+    rows = [_chunk_optimum_row(optimum) for optimum in optima]
     ceilings = next((o.ceilings for o in optima if o.ceilings is not None), None)
     source = (
         f"Theory and model use the {ceilings.source} ceilings ({ceilings_label(ceilings)}), 4-byte states, "
@@ -257,6 +228,35 @@ def chunk_optimum_markdown(run: Run) -> str:
     ]
     verdicts = [_chunk_verdict(optimum) for optimum in optima if optimum.theory_chunk is not None]
     return source + "\n\n" + _table(header, rows) + ("\n\n" + "\n".join(verdicts) if verdicts else "")
+
+
+def _chunk_optimum_row(optimum) -> list[str]:
+    """kernel, dims, shape, mode, measured optimum, theory L*, runnable L, model at the measured L, and L*
+    with the achieved FLOP rate."""
+    from tflabench.analysis import models, roofline
+
+    sweep, best = optimum.sweep, optimum.sweep.best
+    theory, runnable, model, achieved = "–", "–", "–", "–"
+    if optimum.theory_chunk is not None:
+        theory = f"{optimum.theory_chunk:.0f}"
+        runnable = f"{optimum.runnable_chunk} ({optimum.reason})"
+        if pd.notna(best["flops"]) and pd.notna(best["bytes"]):
+            cost = models.Cost(flops=float(best["flops"]), bytes=float(best["bytes"]))
+            model_ms = roofline.runtime_additive(cost, optimum.ceilings) * 1e3
+            model = f"{model_ms:.2f} ({optimum.measured_ms / model_ms:.2f}×)"
+    if optimum.achieved_theory_chunk is not None:
+        achieved = f"{optimum.achieved_flops / 1e12:.0f} TFLOP/s: L* = {optimum.achieved_theory_chunk:.0f}"
+    return [
+        sweep.kernel,
+        dims_label(sweep.heads, sweep.head_dim_qk, sweep.head_dim_v),
+        f"T={count_label(sweep.seq_len)} B={sweep.batch}",
+        sweep.mode,
+        f"{optimum.measured_chunk} ({optimum.measured_ms:.2f} ms)",
+        theory,
+        runnable,
+        model,
+        achieved,
+    ]
 
 
 def _chunk_verdict(optimum) -> str:
