@@ -79,6 +79,7 @@ TILINGS = {
     # long sequences, small batch: more state-kernel programs for the sequential recurrence over chunks
     "state-v64": dict(state_block_v=64),
     "state-32x64": dict(state_block_qk=32, state_block_v=64),
+    "state-s2": dict(state_num_stages=2),
 }
 
 

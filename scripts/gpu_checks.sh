@@ -39,11 +39,12 @@ TFLABENCH_GPU_CHECK_DEADLINE_S=150 step adapters 180 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
 if [[ ,$steps, == *,bench,* ]]; then
     step bench 200 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
-        --variants sig,exp --tilings default,out-v256-w8,out-dv-v256-w8 --reference-variants sig \
+        --variants sig,exp --tilings default,out-v256,out-v256-w8,dv-v256 --reference-variants sig \
         --reference-chunks 128
     mv "$work/bench.txt" "$work/bench-s8192.txt"
     step bench 90 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
-        --chunks 128 --variants sig --tilings default,state-v64,state-32x64 --reference-chunks 128 --skip-check
+        --chunks 128 --variants sig --tilings default,state-v64,state-32x64,state-s2 --reference-chunks 128 \
+        --skip-check
     mv "$work/bench.txt" "$work/bench-s65536.txt"
 fi
 tar czf "$out/checks.tar.gz" -C "$(dirname "$work")" checks
