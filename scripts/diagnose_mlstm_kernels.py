@@ -13,6 +13,7 @@ between the processes:
          "direct" `check_mapping(...)` with the adapter's mapping, the diagnostic's call (the adapter
                   module imported before the registry loads the others)
          "registry-direct" the same after `all_kernels()` (the registry's import order, as in "spec")
+  and first the harness's own isolated check process (`python -m tflabench.bench.adapters.isolated_checks`).
   cache  "shared" Triton's default cache directory (kernels compiled by earlier processes are loaded)
          "fresh"  an empty TRITON_CACHE_DIR (the process compiles everything itself)
 
@@ -31,7 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 KERNELS = ["mlstm_kernels.mlstm_sig.xl_chunk", "mlstm_kernels.mlstm_exp.xl_chunk",
            "mlstm_kernels.mlstm_exp.limit_chunk"]
@@ -108,6 +109,16 @@ def _run_child(arguments: list[str], env: dict, timeout_s: float, label: str) ->
         print(f"{label}: child exited {child.returncode}: {child.stderr.strip()[-400:]}", flush=True)
 
 
+def _isolated_probe(kernel: str, device: str, timeout_s: float) -> None:
+    """The harness's own isolated check (`python -m ...isolated_checks`, the working directory first on
+    sys.path), exactly as the GPU test runs it."""
+    from tflabench.bench.adapters.isolated_checks import run_isolated
+
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    outcome = run_isolated(kernel, dtype, device, timeout_s)
+    print(f"probe isolated/shared: {json.dumps(asdict(outcome))}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernels", default=",".join(KERNELS))
@@ -121,6 +132,7 @@ def main() -> None:
         return
     common = ["--device", arguments.device]
     for kernel in arguments.kernels.split(","):
+        _isolated_probe(kernel, arguments.device, arguments.timeout)
         for number, (path, cache) in enumerate(PROBES):
             env = dict(os.environ)
             if cache == "fresh":

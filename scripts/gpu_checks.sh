@@ -34,8 +34,8 @@ step() {  # name seconds command...
     tail -n 3 "$work/$name.txt"
 }
 
-step kernels 150 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
-step diagnose 110 python3 scripts/diagnose_mlstm_kernels.py --kernels mlstm_kernels.mlstm_sig.xl_chunk --timeout 40
+step kernels 130 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
+step diagnose 130 python3 scripts/diagnose_mlstm_kernels.py --kernels mlstm_kernels.mlstm_sig.xl_chunk --timeout 40
 TFLABENCH_GPU_CHECK_DEADLINE_S=150 step adapters 180 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
 if [[ ,$steps, == *,bench,* ]]; then
