@@ -14,6 +14,7 @@ import os
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -288,12 +289,9 @@ def _run_jobs(jobs: list[Job], context: _RunContext, writer, describe, advance,
     if len(lanes) == 1:
         lane(lanes[0])
     else:
-        threads = [threading.Thread(target=lane, args=(env,), name=f"lane-{number}")
-                   for number, env in enumerate(lanes)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(max_workers=len(lanes), thread_name_prefix="lane") as pool:
+            for finished in [pool.submit(lane, env) for env in lanes]:
+                finished.result()  # a lane's exception ends the sweep, as it would without lanes
     return written
 
 
