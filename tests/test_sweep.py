@@ -207,3 +207,18 @@ def test_a_kernel_whose_first_call_does_not_fit_the_budget_waits_for_the_next_re
     _run_kernel_group(group, context, rows.append, lambda text: None, {})
     assert [row["status"] for row in rows] == ["skipped"]
     assert context.time_left_for(30.0) and not context.time_left_for(300.0)
+
+
+def test_an_exception_in_one_lane_ends_the_sweep():
+    from tflabench.bench.commands import _run_lanes
+
+    finished = []
+
+    def lane(env):
+        if env["lane"] == "broken":
+            raise OSError("disk full")
+        finished.append(env["lane"])
+
+    with pytest.raises(OSError, match="disk full"):
+        _run_lanes(lane, [{"lane": "fine"}, {"lane": "broken"}])
+    assert finished == ["fine"]

@@ -14,7 +14,6 @@ import os
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -289,10 +288,30 @@ def _run_jobs(jobs: list[Job], context: _RunContext, writer, describe, advance,
     if len(lanes) == 1:
         lane(lanes[0])
     else:
-        with ThreadPoolExecutor(max_workers=len(lanes), thread_name_prefix="lane") as pool:
-            for finished in [pool.submit(lane, env) for env in lanes]:
-                finished.result()  # a lane's exception ends the sweep, as it would without lanes
+        _run_lanes(lane, lanes)
     return written
+
+
+def _run_lanes(lane, lanes: list[dict[str, str]]) -> None:
+    """``lane(env)`` for every lane in daemon threads. A lane's exception ends the sweep, as it would
+    without lanes; so does Ctrl-C (the main thread waits interruptibly, and the workers exit with the
+    sweep process)."""
+    errors: list[BaseException] = []
+
+    def run(env: dict[str, str]) -> None:
+        try:
+            lane(env)
+        except BaseException as exc:  # re-raised in the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(env,), name=f"lane-{number}", daemon=True)
+               for number, env in enumerate(lanes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def _run_kernel_group(group: list[Job], context: _RunContext, emit, describe, env: dict[str, str]) -> None:
