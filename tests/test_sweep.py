@@ -203,9 +203,12 @@ def test_a_kernel_whose_first_call_does_not_fit_the_budget_waits_for_the_next_re
     point = SweepPoint(1, 64, 2, 8, 8, 16)
     group = [Job(slow, point), Job(slow, replace(point, chunk_size=128), "skipped", "chunk too large")]
     context = _RunContext(tmp_path, "cuda", "", Derivation(""), SweepSpec(), (), time.monotonic() + 60)
+    (tmp_path / "logs").mkdir()
     rows = []
     _run_kernel_group(group, context, rows.append, lambda text: None, {})
     assert [row["status"] for row in rows] == ["skipped"]
+    log = (tmp_path / "logs" / "fla.autotunes.log").read_text()
+    assert "not started: its first call takes about 300 s" in log
     assert context.time_left_for(30.0) and not context.time_left_for(300.0)
 
 

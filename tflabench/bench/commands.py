@@ -324,9 +324,14 @@ def _run_kernel_group(group: list[Job], context: _RunContext, emit, describe, en
         emit(context.row(job, {"status": job.status, "reason": job.reason}))
     to_measure = {job.point: job for job in group if job.status is None}
     first_call_s = group[0].kernel.first_call_s if context.device == "cuda" else 0.0
-    if not to_measure or not context.time_left_for(first_call_s):
+    if not to_measure:
         return
     log_path = context.run_dir / LOG_DIR / f"{kernel_name}.log"
+    if not context.time_left_for(first_call_s):
+        with open(log_path, "a") as log:
+            log.write(f"== not started: its first call takes about {first_call_s:.0f} s, more than the "
+                      "budget has left; it comes first with --resume\n")
+        return
     if env:
         with open(log_path, "a") as log:
             log.write(f"== lane: {' '.join(f'{name}={value}' for name, value in env.items())}\n")
