@@ -59,6 +59,15 @@ def _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_keys, L: tl.constexpr, 
 
 
 @triton.jit
+def _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, kv_rows, qk_scale):
+    """[BLKV, BLQ] for key rows j (kv_rows) and query rows i (q_rows, chunk-local): the causal intra-chunk
+    gate exp(b_i - m_comb_i - b_j + ig_j) (zero where j > i) times the query row's 1/denom and qk_scale."""
+    gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
+    causal_t = q_rows[None, :] >= kv_rows[:, None]
+    return tl.exp(tl.where(causal_t, gate_log_t, float("-inf"))) * (inv_denom * qk_scale)[None, :]
+
+
+@triton.jit
 def chunk_state_grads_kernel(
     q_ptr, dh_ptr, b_ptr, m_ptr, m_comb_ptr, denom_ptr,
     dc_last_ptr, dc_ptr, dc0_ptr,
@@ -209,10 +218,8 @@ def chunk_dk_kernel(
             v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
             dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
             dscores_t += tl.dot(v_tile, tl.trans(dh_tile))
-        gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
-        causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
-        gate_t = tl.exp(tl.where(causal_t, gate_log_t, float("-inf")))
-        dscores_t = dscores_t * gate_t * (inv_denom * qk_scale)[None, :]
+        q_rows = q_tile_idx * BLQ + offs_lq
+        dscores_t *= _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, offs_kv, qk_scale)
         q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :])
         dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
 
@@ -270,10 +277,8 @@ def chunk_dv_kernel(
             k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
             q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
             scores_t += tl.dot(k_tile, tl.trans(q_tile))
-        gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
-        causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
-        gate_t = tl.exp(tl.where(causal_t, gate_log_t, float("-inf")))
-        scores_t = scores_t * gate_t * (inv_denom * qk_scale)[None, :]
+        q_rows = q_tile_idx * BLQ + offs_lq
+        scores_t *= _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, offs_kv, qk_scale)
         dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
 
@@ -335,9 +340,8 @@ def chunk_dkdv_kernel(
             b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
         q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_qk[None, :])
         dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
-        gate_log_t = b_q[None, :] - m_comb[None, :] - b_kv[:, None] + ig_kv[:, None]
-        causal_t = (q_tile_idx * BLQ + offs_lq)[None, :] >= offs_kv[:, None]
-        gate_t = tl.exp(tl.where(causal_t, gate_log_t, float("-inf"))) * (inv_denom * qk_scale)[None, :]
+        q_rows = q_tile_idx * BLQ + offs_lq
+        gate_t = _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, offs_kv, qk_scale)
         scores_t = tl.dot(k_tile, tl.trans(q_tile)) * gate_t
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
         dscores_t = tl.dot(v_tile, tl.trans(dh_tile)) * gate_t
