@@ -83,6 +83,7 @@ class Tiling:
         tile = chunk if limit else min(64, chunk)
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
+        value_block = _largest_pow2_block(head_dim_v, head_block)
         return cls(
             chunk=chunk,
             block_state=min(128, chunk),
@@ -91,11 +92,11 @@ class Tiling:
             block_q=tile,
             block_kv=tile,
             block_qk=_largest_pow2_block(head_dim_qk, head_block),
-            block_v=_largest_pow2_block(head_dim_v, head_block),
+            block_v=value_block,
             num_stages=2,
             out_block_kv=out_tile,
-            out_block_v=_largest_pow2_block(head_dim_v, head_block),
-            dv_block_v=_largest_pow2_block(head_dim_v, head_block),
+            out_block_v=value_block,
+            dv_block_v=value_block,
             fused_dkdv=False,
             dkdv_block_kv=tile,
         )
