@@ -2,27 +2,15 @@
 used by scripts/gpu_adapters_check.py."""
 
 import hashlib
-import io
 import json
 import subprocess
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+
+from cli_capture import run_cli
 
 from tflabench.bench import peer_commands
 from tflabench.bench.adapters import isolated_checks
 from tflabench.bench.registry import all_kernels
-from tflabench.cli import main
-
-
-def run_cli(args):
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(args)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_kernels_json_lists_every_kernel_with_availability_version_and_reason():

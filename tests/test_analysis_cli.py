@@ -1,17 +1,15 @@
 """`tflabench gpus | optimal-chunk | roofline | calibrate`: output, JSON, and one-line errors on bad input."""
 
-import io
 import json
 import string
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from cli_capture import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tflabench.analysis import hardware
 from tflabench.bench.registry import FAMILIES
-from tflabench.cli import main
 
 OPTIMAL_CHUNK = [
     "optimal-chunk",
@@ -37,17 +35,6 @@ ROOFLINE = [
     "--seq-len",
     "8192",
 ]
-
-
-def run_cli(args):
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(args)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_one_line_error(args):
