@@ -90,14 +90,14 @@ def _faster_than_attention(measured: pd.DataFrame) -> Verdict | None:
     else:
         return None
     faster = (sig[common] < other[common]).sort_index()
+    shortest, longest = faster.index[0], faster.index[-1]
+    if not faster.iloc[-1]:
+        return Verdict(False, f"mLSTMsig is slower than {attention} at the longest T = {longest}")
     slower_at = faster.index[~faster.to_numpy()]
-    if len(slower_at) and slower_at.max() == faster.index.max():
-        return Verdict(False, f"mLSTMsig is slower than {attention} at the longest T = {faster.index.max()}")
-    start = faster.index[faster.index > slower_at.max()].min() if len(slower_at) else faster.index.min()
-    longest = faster.index.max()
+    start = faster.index[faster.index > slower_at[-1]][0] if len(slower_at) else shortest
     ratio = other[longest] / sig[longest]
     return Verdict(True, f"faster than {attention} (causal) from T = {start} on ({ratio:.1f}× at T = "
-                         f"{longest}; measured T = {faster.index.min()} ... {longest})")
+                         f"{longest}; measured T = {shortest} ... {longest})")
 
 
 def _twice_mamba(measured: pd.DataFrame) -> Verdict | None:
