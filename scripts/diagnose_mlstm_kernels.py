@@ -13,6 +13,9 @@ between the processes:
          "direct" `check_mapping(...)` with the adapter's mapping, the diagnostic's call (the adapter
                   module imported before the registry loads the others)
          "registry-direct" the same after `all_kernels()` (the registry's import order, as in "spec")
+         "...-dirty" the same after filling blocks of the caching allocator with NaN and freeing them:
+                  a kernel that reads outside its inputs or leaves part of its output unwritten then sees NaN
+                  instead of the zeros of fresh device memory
   and first the harness's own isolated check process (`python -m tflabench.bench.adapters.isolated_checks`).
   cache  "shared" Triton's default cache directory (kernels compiled by earlier processes are loaded)
          "fresh"  an empty TRITON_CACHE_DIR (the process compiles everything itself)
@@ -36,8 +39,8 @@ from dataclasses import asdict, replace
 
 KERNELS = ["mlstm_kernels.mlstm_sig.xl_chunk", "mlstm_kernels.mlstm_exp.xl_chunk",
            "mlstm_kernels.mlstm_exp.limit_chunk"]
-PROBES = [("spec", "shared"), ("direct", "shared"), ("registry-direct", "shared"), ("spec", "fresh"),
-          ("direct", "fresh"), ("spec", "shared")]
+PROBES = [("spec", "shared"), ("direct", "shared"), ("registry-direct", "shared"), ("spec-dirty", "shared"),
+          ("direct-dirty", "shared"), ("spec", "fresh"), ("direct", "fresh")]
 #: (batch, seq_len, heads, head_dim_qk, head_dim_v, chunk_size); the first is the harness's check size
 SHAPES = [(2, 128, 2, 64, 32, 64), (2, 128, 2, 64, 64, 64), (2, 256, 2, 128, 256, 128),
           (1, 8192, 2, 128, 256, 128)]
@@ -76,6 +79,17 @@ def _spec_check(kernel: str, dtype: str, device: str) -> dict:
     return {"rel_error": result.rel_error, "passed": result.passed, "detail": result.detail}
 
 
+def _dirty_device_memory(device: str) -> None:
+    """Leave NaN in the caching allocator's free blocks, small (1 KiB to 1 MiB, 16 each) and large (1 GiB):
+    later allocations reuse them."""
+    import torch
+
+    if device == "cuda":
+        sizes = [1 << 28] + [1 << exponent for exponent in range(8, 19) for _ in range(16)]
+        blocks = [torch.full((size,), float("nan"), device=device) for size in sizes]
+        del blocks
+
+
 def _child(kernel: str, path: str, device: str, shapes: bool) -> None:
     dtype = "bfloat16" if device == "cuda" else "float32"
     configurations = (itertools.product(SHAPES if device == "cuda" else SHAPES[:2], DTYPES, GATE_DTYPES)
@@ -83,7 +97,9 @@ def _child(kernel: str, path: str, device: str, shapes: bool) -> None:
     for shape, dtype, gate_dtype in configurations:
         row = {"kernel": kernel, "path": path, "shape": shape, "dtype": dtype, "gates": gate_dtype}
         try:
-            if path == "spec":
+            if path.endswith("-dirty"):
+                _dirty_device_memory(device)
+            if path.startswith("spec"):
                 row |= _spec_check(kernel, dtype, device)
             else:
                 if path == "registry-direct":

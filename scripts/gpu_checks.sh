@@ -6,13 +6,14 @@
 #   1. pytest -m gpu tests/test_mlstm_triton_gpu.py   our kernels against float64, bf16 at real sizes
 #   2. scripts/diagnose_mlstm_kernels.py             why the reference kernels fail the harness's gate
 #   3. pytest -m gpu tests/test_adapters_gpu.py       every adapter's bf16 reference check
-#   4. scripts/bench_tfla_vs_reference.py            tiling candidates at T = 8192 and 65,536 (our kernels'
-#                                                    correctness is step 1; the reference is checked there)
+#   4. scripts/bench_tfla_vs_reference.py            tiling candidates at T = 8192 (bench) and 65,536
+#                                                    (bench-long); our kernels' correctness is step 1
 #
 # Usage, on the GPU machine in the repository root, with wheels/ carried:
 #   TFLABENCH_GIT_COMMIT=<commit> OUT=<dir> bash scripts/gpu_checks.sh [STEPS]
-# STEPS: comma list of kernels,diagnose,adapters,bench (default: kernels,diagnose,bench, which fit one
-# 10-minute command; the adapters step takes about 3 more minutes). Each step has a time limit, and a step
+# STEPS: comma list of kernels,diagnose,adapters,bench,bench-long (default: kernels,diagnose,bench, which
+# fit one 10-minute command; adapters takes about 3 more minutes, bench-long 1.5). Each step has a time
+# limit, and a step
 # that fails does not stop the next.
 set -uo pipefail
 
@@ -35,18 +36,14 @@ step() {  # name seconds command...
 }
 
 step kernels 130 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
-step diagnose 130 python3 scripts/diagnose_mlstm_kernels.py --kernels mlstm_kernels.mlstm_sig.xl_chunk --timeout 40
+step diagnose 180 python3 scripts/diagnose_mlstm_kernels.py --kernels mlstm_kernels.mlstm_sig.xl_chunk --timeout 40
 TFLABENCH_GPU_CHECK_DEADLINE_S=150 step adapters 180 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
-if [[ ,$steps, == *,bench,* ]]; then
-    step bench 200 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
-        --variants sig,exp --tilings default,out-v256,out-v256-w8,dv-v256 --reference-variants sig \
-        --reference-chunks 128 --skip-check
-    mv "$work/bench.txt" "$work/bench-s8192.txt"
-    step bench 90 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
-        --chunks 128 --variants sig --tilings default,state-v64,state-32x64,state-s2 --reference-chunks 128 \
-        --skip-check
-    mv "$work/bench.txt" "$work/bench-s65536.txt"
-fi
+step bench 200 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
+    --variants sig,exp --tilings default,out-v256,out-v256-w8,dv-v256 --reference-variants sig \
+    --reference-chunks 128 --skip-check
+step bench-long 90 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
+    --chunks 128 --variants sig --tilings default,state-v64,state-32x64,state-s2 --reference-chunks 128 \
+    --skip-check
 tar czf "$out/checks.tar.gz" -C "$(dirname "$work")" checks
 echo "packed $out/checks.tar.gz"
