@@ -13,8 +13,7 @@
 #   TFLABENCH_GIT_COMMIT=<commit> OUT=<dir> bash scripts/gpu_checks.sh [STEPS]
 # STEPS: comma list of kernels,diagnose,adapters,bench,bench-long (default: kernels,diagnose,bench, which
 # fit one 10-minute command; adapters takes about 3 more minutes, bench-long 1.5). Each step has a time
-# limit, and a step
-# that fails does not stop the next.
+# limit, and a step that fails does not stop the next.
 set -uo pipefail
 
 out=${OUT:?OUT must name the folder whose files come back from the device}
