@@ -20,6 +20,10 @@ between the processes:
   cache  "shared" Triton's default cache directory (kernels compiled by earlier processes are loaded)
          "fresh"  an empty TRITON_CACHE_DIR (the process compiles everything itself)
 
+--repeat runs instead, after the isolated check, the kernel five times in one process (three calls on one
+set of inputs, two on another) with the error per (batch, head), in the shared cache, with
+TRITON_ALWAYS_COMPILE=1 and with CUDA_LAUNCH_BLOCKING=1.
+
 Each probe runs in its own child process; --shapes also repeats the direct check over operand dtype, gate
 dtype, head dims and sequence length.
 
@@ -44,6 +48,9 @@ PROBES = [("spec", "shared"), ("direct", "shared"), ("registry-direct", "shared"
 #: (batch, seq_len, heads, head_dim_qk, head_dim_v, chunk_size); the first is the harness's check size
 SHAPES = [(2, 128, 2, 64, 32, 64), (2, 128, 2, 64, 64, 64), (2, 256, 2, 128, 256, 128),
           (1, 8192, 2, 128, 256, 128)]
+#: --repeat: environment -> variables of the repeat probe's child
+REPEAT_ENVIRONMENTS = {"shared": {}, "always-compile": {"TRITON_ALWAYS_COMPILE": "1"},
+                       "launch-blocking": {"CUDA_LAUNCH_BLOCKING": "1"}}
 DTYPES = ["bfloat16", "float32"]
 GATE_DTYPES = ["float32", "operand"]
 
@@ -90,7 +97,43 @@ def _dirty_device_memory(device: str) -> None:
         del blocks
 
 
+def _repeat_check(kernel: str, device: str) -> None:
+    """Within one process: the kernel three times on the same inputs, then on fresh ones; per call the
+    relative error, the largest difference to the first call's output, and the error per (batch, head)."""
+    import torch
+
+    from tflabench.bench import references
+    from tflabench.bench.adapters import mlstm_kernels as adapter
+    from tflabench.bench.adapters._common import CHECK_POINT, _prepared
+    from tflabench.bench.registry import get_kernel
+
+    family = get_kernel(kernel).family
+    fixed = {"normalize": False} if family == "mlstm_sig" else {}
+    point = replace(CHECK_POINT, dtype="bfloat16" if device == "cuda" else "float32", mode="fwd")
+    mapping = adapter.MAPPINGS[kernel.removeprefix("mlstm_kernels.")]
+    first = None
+    for call in range(5):
+        if call in (0, 3):
+            neutral = references.random_inputs(family, point, device, **fixed)
+            reference = references.reference_output(family, neutral)
+        arguments = _prepared(mapping.to_native(neutral, point), mapping.grad_inputs, "fwd")
+        with torch.no_grad():
+            output = mapping.to_neutral(mapping.call(arguments)).double()
+        torch.cuda.synchronize() if device == "cuda" else None
+        first = output if call == 0 else first
+        per_head = ((output - reference).transpose(1, 2).flatten(2).norm(dim=-1)
+                    / reference.transpose(1, 2).flatten(2).norm(dim=-1))  # [B, H]
+        row = {"kernel": kernel, "path": "repeat", "call": call,
+               "rel_error": references.relative_error(output, reference),
+               "max_diff_to_call0": float((output - first).abs().max()) if call < 3 else None,
+               "per_batch_head": [[round(float(value), 4) for value in batch] for batch in per_head]}
+        print(json.dumps(row), flush=True)
+
+
 def _child(kernel: str, path: str, device: str, shapes: bool) -> None:
+    if path == "repeat":
+        _repeat_check(kernel, device)
+        return
     dtype = "bfloat16" if device == "cuda" else "float32"
     configurations = (itertools.product(SHAPES if device == "cuda" else SHAPES[:2], DTYPES, GATE_DTYPES)
                       if shapes else [(SHAPES[0], dtype, "float32")])
@@ -141,6 +184,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda, or cpu (TRITON_INTERPRET=1, small shapes)")
     parser.add_argument("--shapes", action="store_true", help="also the direct check over shapes and dtypes")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per child process")
+    parser.add_argument("--repeat", action="store_true",
+                        help="only the repeat probe (three calls on the same inputs, per-head errors) in the "
+                             "environments of REPEAT_ENVIRONMENTS")
     parser.add_argument("--child", nargs=2, metavar=("KERNEL", "PATH"))
     arguments = parser.parse_args()
     if arguments.child:
@@ -149,6 +195,11 @@ def main() -> None:
     common = ["--device", arguments.device]
     for kernel in arguments.kernels.split(","):
         _isolated_probe(kernel, arguments.device, arguments.timeout)
+        if arguments.repeat:
+            for name, variables in REPEAT_ENVIRONMENTS.items():
+                _run_child(["--child", kernel, "repeat", *common], {**os.environ, **variables},
+                           arguments.timeout, f"repeat/{name}")
+            continue
         for number, (path, cache) in enumerate(PROBES):
             env = dict(os.environ)
             if cache == "fresh":
