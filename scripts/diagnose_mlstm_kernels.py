@@ -97,19 +97,21 @@ def _dirty_device_memory(device: str) -> None:
         del blocks
 
 
-def _repeat_check(kernel: str, device: str) -> None:
+def _repeat_check(kernel: str, device: str, shape: tuple[int, ...] | None) -> None:
     """Within one process: the kernel three times on the same inputs, then on fresh ones; per call the
-    relative error, the largest difference to the first call's output, and the error per (batch, head)."""
+    relative error, the largest difference to the first call's output, and the error per (batch, head).
+    shape: (batch, seq_len, heads, head_dim_qk, head_dim_v, chunk_size), by default the check size."""
     import torch
 
     from tflabench.bench import references
     from tflabench.bench.adapters import mlstm_kernels as adapter
     from tflabench.bench.adapters._common import CHECK_POINT, _prepared
-    from tflabench.bench.registry import get_kernel
+    from tflabench.bench.registry import SweepPoint, get_kernel
 
     family = get_kernel(kernel).family
     fixed = {"normalize": False} if family == "mlstm_sig" else {}
-    point = replace(CHECK_POINT, dtype="bfloat16" if device == "cuda" else "float32", mode="fwd")
+    point = replace(SweepPoint(*shape) if shape else CHECK_POINT, mode="fwd",
+                    dtype="bfloat16" if device == "cuda" else "float32")
     mapping = adapter.MAPPINGS[kernel.removeprefix("mlstm_kernels.")]
     first = None
     for call in range(5):
@@ -123,16 +125,16 @@ def _repeat_check(kernel: str, device: str) -> None:
         first = output if call == 0 else first
         per_head = ((output - reference).transpose(1, 2).flatten(2).norm(dim=-1)
                     / reference.transpose(1, 2).flatten(2).norm(dim=-1))  # [B, H]
-        row = {"kernel": kernel, "path": "repeat", "call": call,
+        row = {"kernel": kernel, "path": "repeat", "point": point.key(), "call": call,
                "rel_error": references.relative_error(output, reference),
                "max_diff_to_call0": float((output - first).abs().max()) if call < 3 else None,
                "per_batch_head": [[round(float(value), 4) for value in batch] for batch in per_head]}
         print(json.dumps(row), flush=True)
 
 
-def _child(kernel: str, path: str, device: str, shapes: bool) -> None:
+def _child(kernel: str, path: str, device: str, shapes: bool, repeat_shape: tuple[int, ...] | None) -> None:
     if path == "repeat":
-        _repeat_check(kernel, device)
+        _repeat_check(kernel, device, repeat_shape)
         return
     dtype = "bfloat16" if device == "cuda" else "float32"
     configurations = (itertools.product(SHAPES if device == "cuda" else SHAPES[:2], DTYPES, GATE_DTYPES)
@@ -187,18 +189,26 @@ def main() -> None:
     parser.add_argument("--repeat", action="store_true",
                         help="only the repeat probe (three calls on the same inputs, per-head errors) in the "
                              "environments of REPEAT_ENVIRONMENTS")
+    parser.add_argument("--repeat-shape", help="B,T,H,DQK,DV,L of the repeat probe (default: the check size)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="--repeat: children per environment (the failure differs between processes)")
     parser.add_argument("--child", nargs=2, metavar=("KERNEL", "PATH"))
     arguments = parser.parse_args()
+    repeat_shape = tuple(int(size) for size in arguments.repeat_shape.split(",")) if arguments.repeat_shape \
+        else None
     if arguments.child:
-        _child(*arguments.child, arguments.device, arguments.shapes)
+        _child(*arguments.child, arguments.device, arguments.shapes, repeat_shape)
         return
     common = ["--device", arguments.device]
+    if repeat_shape:
+        common += ["--repeat-shape", arguments.repeat_shape]
     for kernel in arguments.kernels.split(","):
         _isolated_probe(kernel, arguments.device, arguments.timeout)
         if arguments.repeat:
-            for name, variables in REPEAT_ENVIRONMENTS.items():
+            for (name, variables), number in itertools.product(REPEAT_ENVIRONMENTS.items(),
+                                                                range(arguments.processes)):
                 _run_child(["--child", kernel, "repeat", *common], {**os.environ, **variables},
-                           arguments.timeout, f"repeat/{name}")
+                           arguments.timeout, f"repeat/{name}/{number}")
             continue
         for number, (path, cache) in enumerate(PROBES):
             env = dict(os.environ)
