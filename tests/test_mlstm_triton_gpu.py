@@ -6,6 +6,8 @@
   ``detach_normalizer=True``; reference chunk size 256). Both variants, xl_chunk at L = 64, 128, 256 (and
   512 for mLSTMexp), limit_chunk at L = 64.
 * finite outputs and gradients at T = 65,536 (4 heads, L = 256), both variants, gates spread wide.
+* a launch of more than 65,535 chunk programs (limit_chunk, Dqk = Dv = 32, 4 x 128 heads, L = 64) equals
+  its batch elements launched alone.
 * an fp16 smoke test at a small size.
 
 Error measure: the relative Frobenius error ||x - x_ref|| / ||x_ref|| (absolute where x_ref = 0). The
@@ -286,6 +288,34 @@ def test_outputs_and_gradients_are_finite_at_64k_tokens(variant, gpu_report):
     )
     assert not bad, f"not finite: {bad}"
     assert not zero, f"all zero: {zero}"
+
+
+def _batch_element(problem: Problem, index: int) -> Problem:
+    """Batch element ``index`` of ``problem`` as a problem of batch 1."""
+    def element(x: Tensor) -> Tensor:
+        return x[index : index + 1]
+
+    return Problem({name: element(x) for name, x in problem.inputs.items()},
+                   tuple(element(x) for x in problem.initial_state), element(problem.dh), element(problem.dc))
+
+
+@pytest.mark.parametrize("variant", ["exp", "sig"])
+def test_more_than_65535_chunk_programs_match_the_batch_elements_run_alone(variant, gpu_report):
+    """NC * B * H = 128 * 4 * 128 = 65,536 programs per tile block: one more than a CUDA grid's y/z axis
+    takes (the head-dim sweep's Dqk = Dv = 32 at L = 64 failed with "invalid argument" before the chunk
+    programs moved onto the grid's x axis). Each batch element alone launches a quarter of that; the
+    outputs and gradients must be the same."""
+    shape = Shape(batch=4, seq_len=8192, heads=128, head_dim_qk=32, head_dim_v=32)
+    problem = make_problem(0, shape, "long-memory", torch.bfloat16)
+    function = partial(mlstm, variant=variant, algorithm="limit_chunk", chunk_size=64)
+    whole = run(function, problem, torch.bfloat16, F32)
+    alone = [run(function, _batch_element(problem, index), torch.bfloat16, F32)
+             for index in range(shape.batch)]
+    errors = {name: relative_error(whole[name], torch.cat([part[name] for part in alone])) for name in BOUNDS}
+    different = {name: error for name, error in errors.items() if not error <= 1e-6}
+    gpu_report.append(dict(case=f"grid-x-{variant}-limit_chunk-L64-65536-programs", dtype="bfloat16",
+                           shape=vars(shape), errors=errors, ok=not different))
+    assert not different, f"whole batch differs from the batch elements run alone: {different}"
 
 
 @pytest.mark.parametrize("variant, normalize", [("exp", None), ("sig", False)], ids=["exp", "sig"])

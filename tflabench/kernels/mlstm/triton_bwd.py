@@ -131,10 +131,9 @@ def chunk_dq_kernel(
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
-    """Grid (DQK/BK, L/BLQ, NC*B*H). Writes dq [B, T, H, DQK] (layout of q) and qdq [DQK/BK, B*H, T]."""
-    pid_k = tl.program_id(0)
-    pid_q = tl.program_id(1)
-    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
+    """Grid `chunk_program` over (DQK/BK, L/BLQ). Writes dq [B, T, H, DQK] (layout of q) and
+    qdq [DQK/BK, B*H, T]."""
+    pid_k, pid_q, bh, chunk, batch, head = chunk_program(NC, H, DQK // BK, L // BLQ)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_k = pid_k * BK + tl.arange(0, BK)
@@ -174,7 +173,7 @@ def chunk_dq_kernel(
 
     q_base = q_ptr + batch * stride_q_b + head * stride_q_h
     q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :]).to(tl.float32)
-    num_bh = tl.num_programs(2) // NC
+    num_bh = tl.num_programs(0) // ((DQK // BK) * (L // BLQ) * NC)
     tl.store(qdq_ptr + (pid_k * num_bh + bh) * T + t_q, tl.sum(q_tile * dq, 1))
     dq_base = dq_ptr + batch * stride_q_b + head * stride_q_h
     tl.store(dq_base + t_q[:, None] * stride_q_t + offs_k[None, :], dq.to(dq_ptr.dtype.element_ty))
@@ -193,10 +192,9 @@ def chunk_dk_kernel(
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
-    """Grid (DQK/BK, L/BLKV, NC*B*H). Writes dk [B, T, H, DQK] (layout of k) and kdk [DQK/BK, B*H, T]."""
-    pid_k = tl.program_id(0)
-    pid_kv = tl.program_id(1)
-    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
+    """Grid `chunk_program` over (DQK/BK, L/BLKV). Writes dk [B, T, H, DQK] (layout of k) and
+    kdk [DQK/BK, B*H, T]."""
+    pid_k, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, DQK // BK, L // BLKV)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_k = pid_k * BK + tl.arange(0, BK)
@@ -233,7 +231,7 @@ def chunk_dk_kernel(
 
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :]).to(tl.float32)
-    num_bh = tl.num_programs(2) // NC
+    num_bh = tl.num_programs(0) // ((DQK // BK) * (L // BLKV) * NC)
     tl.store(kdk_ptr + (pid_k * num_bh + bh) * T + t_kv, tl.sum(k_tile * dk, 1))
     dk_base = dk_ptr + batch * stride_k_b + head * stride_k_h
     tl.store(dk_base + t_kv[:, None] * stride_k_t + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty))
@@ -252,10 +250,8 @@ def chunk_dv_kernel(
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
-    """Grid (DV/BV, L/BLKV, NC*B*H). Writes dv [B, T, H, DV] (layout of v)."""
-    pid_v = tl.program_id(0)
-    pid_kv = tl.program_id(1)
-    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
+    """Grid `chunk_program` over (DV/BV, L/BLKV). Writes dv [B, T, H, DV] (layout of v)."""
+    pid_v, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, DV // BV, L // BLKV)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_dk = tl.arange(0, BK)
@@ -308,13 +304,12 @@ def chunk_dkdv_kernel(
 ):
     """dK and dV of one key/value tile in one program (whole head dims, both powers of two).
 
-    Grid (L/BLKV, NC*B*H). The key tile, value tile and the state gradient stay on chip while the program
-    walks the query tiles at and after the diagonal, so the scores K Q^T and V dHt^T are computed once for
-    both gradients (the split kernels compute each twice). Writes dk, dv (layouts of k, v) and kdk
-    [1, B*H, T].
+    Grid `chunk_program` over (L/BLKV, 1). The key tile, value tile and the state gradient stay on chip
+    while the program walks the query tiles at and after the diagonal, so the scores K Q^T and V dHt^T are
+    computed once for both gradients (the split kernels compute each twice). Writes dk, dv (layouts of k,
+    v) and kdk [1, B*H, T].
     """
-    pid_kv = tl.program_id(0)
-    bh, chunk, batch, head = chunk_program(tl.program_id(1).to(tl.int64), NC, H)
+    pid_kv, _, bh, chunk, batch, head = chunk_program(NC, H, L // BLKV, 1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_qk = tl.arange(0, DQK)

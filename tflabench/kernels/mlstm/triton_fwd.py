@@ -23,10 +23,14 @@ import triton.language as tl
 
 
 @triton.jit
-def chunk_program(pid_cbh, NC, H):
-    """(bh, chunk, batch, head) of a program indexed over NC * B * H, chunks fastest."""
+def chunk_program(NC, H, N0: tl.constexpr, N1: tl.constexpr):
+    """(pid0, pid1, bh, chunk, batch, head) of a program of the 1-D grid of N0 * N1 * NC * B * H programs
+    over (N0 tile blocks, N1 tile blocks, chunks, B * H), the first fastest: the program order of a 3-D grid
+    (N0, N1, NC * B * H), without the 65,535 limit of its last axis (reached at NC * B * H = 128 * 512)."""
+    pid = tl.program_id(0).to(tl.int64)
+    pid_cbh = pid // (N0 * N1)
     bh = pid_cbh // NC
-    return bh, pid_cbh % NC, bh // H, bh % H
+    return pid % N0, (pid // N0) % N1, bh, pid_cbh % NC, bh // H, bh % H
 
 
 @triton.jit
@@ -156,8 +160,8 @@ def chunk_outputs_kernel(
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
-    """Grid (DV/BV, L/BLQ, NC*B*H). Writes h [B, T, H, DV] and, when NORMALIZE, the per-token denominator
-    and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses.
+    """Grid `chunk_program` over (DV/BV, L/BLQ). Writes h [B, T, H, DV] and, when NORMALIZE, the per-token
+    denominator and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses.
 
     The inter-chunk part Qbar C_{k-1} seeds the accumulators, for mLSTMexp with the running max seeded by
     its stabilizer b + m_{k-1}; the key/value tiles then update them FlashAttention-style. The final
@@ -165,9 +169,7 @@ def chunk_outputs_kernel(
     needed, for mLSTMexp as well as mLSTMsig. The first Dqk block of the query tile (all of it when
     Dqk == BK) is loaded once and reused for every key/value tile.
     """
-    pid_v = tl.program_id(0)
-    pid_q = tl.program_id(1)
-    bh, chunk, batch, head = chunk_program(tl.program_id(2).to(tl.int64), NC, H)
+    pid_v, pid_q, bh, chunk, batch, head = chunk_program(NC, H, DV // BV, L // BLQ)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_dk = tl.arange(0, BK)
