@@ -83,7 +83,7 @@ def _note(outcome: CheckOutcome) -> str:
     if outcome.kernel == WRONG_KERNEL:
         return "wrong adapter caught" if outcome.status == FAILED else "WRONG ADAPTER NOT CAUGHT"
     if is_known_failure(outcome):
-        return f"known: {KNOWN_FAILURES[outcome.kernel]}"
+        return f"known: {KNOWN_FAILURES[outcome.kernel].note}"
     return "" if _expected(outcome) else "UNEXPECTED"
 
 

@@ -381,3 +381,59 @@ def test_our_kernels_pass_their_check_under_the_interpreter(name):
     if not spec.availability().available:
         pytest.skip(spec.availability().reason)
     assert passes(spec.reference_check(CPU, "float32"))
+
+
+# ------------------------------------------------------------------------------------- the gate's check
+def _stand_in_spec(call_on_chunk, unsupported=lambda point: None):
+    """A chunked simple-GLA 'peer' computed by the float64 reference and then ``call_on_chunk(output,
+    chunk_size)``: right wherever that returns the output unchanged."""
+    from tflabench.bench import references
+
+    def call(arguments):
+        output = references.reference_output("simple_gla", arguments).to(arguments["q"].dtype)
+        return call_on_chunk(output, arguments["chunk_size"])
+
+    mapping = _common.PeerMapping(
+        to_native=lambda neutral, point: {**neutral, "chunk_size": point.chunk_size}, call=call,
+        to_neutral=lambda output: output, grad_inputs=())
+    return _common.peer_spec("local.simple_gla", "simple_gla", mapping, lambda: Availability(True),
+                             package=None, uses_chunk_size=True, unsupported=unsupported)
+
+
+def test_the_check_takes_the_head_dims_and_chunk_size_of_the_timed_point():
+    point = replace(SMALL, head_dim_qk=128, head_dim_v=256, chunk_size=256, seq_len=8192, batch=8, heads=16)
+    check = _common.configuration_check_point(_common.CHECK_POINT, point)
+    assert (check.head_dim_qk, check.head_dim_v, check.chunk_size) == (128, 256, 256)
+    assert (check.batch, check.heads, check.seq_len) == (2, 2, 512)  # small, and two chunks long
+    no_chunk = replace(_common.CHECK_POINT, chunk_size=None)
+    assert _common.configuration_check_point(no_chunk, point).chunk_size is None
+    assert _common.configuration_check_point(no_chunk, point).seq_len == no_chunk.seq_len
+
+
+def test_a_peer_wrong_at_one_chunk_size_fails_only_there():
+    """mlstm_kernels' mLSTMsig xl_chunk on Triton 3.6 is wrong at L 64 with Dv 32 and right at L 128 with
+    Dv 256 (results/gpu-tests/session3): the gate checks the configuration that is timed."""
+    from tflabench.bench.measure import ReferenceGate
+
+    spec = _stand_in_spec(lambda output, chunk: output * 1.5 if chunk == 32 else output)
+    gate = ReferenceGate("cpu-interpreter")
+    at_16, at_32 = (gate.check(spec, replace(SMALL, chunk_size=chunk)) for chunk in (16, 32))
+    assert passes(at_16)
+    assert not at_32.passed and "-L32-" in at_32.detail
+    assert not spec.reference_check(CPU, "float32", replace(SMALL, chunk_size=32)).passed
+    assert passes(spec.reference_check(CPU, "float32"))  # the default check point's L 64
+
+
+def test_a_configuration_the_kernel_cannot_run_falls_back_to_the_check_point():
+    spec = _stand_in_spec(lambda output, chunk: output,
+                          unsupported=lambda point: "too long" if point.seq_len > 128 else None)
+    result = spec.reference_check(CPU, "float32", replace(SMALL, chunk_size=256))
+    assert passes(result) and "-L64-" in result.detail
+
+
+def test_a_kernel_whose_two_calls_differ_is_not_deterministic():
+    noisy = _stand_in_spec(lambda output, chunk: output + 0.5 * torch.randn_like(output))
+    result = noisy.reference_check(CPU, "float32")
+    assert not result.passed and "not deterministic" in result.detail
+    wrong = _stand_in_spec(lambda output, chunk: output * 1.5).reference_check(CPU, "float32")
+    assert not wrong.passed and "not deterministic" not in wrong.detail

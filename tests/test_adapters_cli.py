@@ -10,7 +10,7 @@ from cli_capture import run_cli
 
 from tflabench.bench import peer_commands
 from tflabench.bench.adapters import isolated_checks
-from tflabench.bench.registry import all_kernels
+from tflabench.bench.registry import SweepPoint, all_kernels
 
 
 def test_kernels_json_lists_every_kernel_with_availability_version_and_reason():
@@ -114,9 +114,29 @@ def test_isolated_checks_classify_a_killed_child_as_a_crash(monkeypatch):
     assert outcome.status == isolated_checks.CRASHED and outcome.detail.startswith("SIGABRT: python: SLP")
 
 
-def test_only_a_crash_of_a_listed_kernel_is_a_known_failure():
-    listed = next(iter(isolated_checks.KNOWN_FAILURES))
-    crash = isolated_checks.CheckOutcome(listed, isolated_checks.CRASHED)
-    wrong_result = isolated_checks.CheckOutcome(listed, isolated_checks.FAILED, rel_error=1.1, tolerance=0.03)
-    assert isolated_checks.is_known_failure(crash) and not isolated_checks.is_known_failure(wrong_result)
-    assert not isolated_checks.is_known_failure(isolated_checks.CheckOutcome("torch.sdpa.flash", "crash"))
+def test_only_the_listed_defect_of_a_listed_kernel_is_a_known_failure():
+    outcome = isolated_checks.CheckOutcome
+    crashing, racing = "mlstm_kernels.mlstm_exp.xl_chunk", "mlstm_kernels.mlstm_sig.xl_chunk"
+    wrong = dict(rel_error=1.1, tolerance=0.03, detail="B2-T128 on cuda; |out|/|ref| 1.01")
+    nondeterministic = dict(wrong, detail=wrong["detail"] + "; not deterministic: a second call differs")
+    assert isolated_checks.is_known_failure(outcome(crashing, isolated_checks.CRASHED))
+    assert not isolated_checks.is_known_failure(outcome(crashing, isolated_checks.FAILED, **wrong))
+    assert isolated_checks.is_known_failure(outcome(racing, isolated_checks.FAILED, **nondeterministic))
+    assert not isolated_checks.is_known_failure(outcome(racing, isolated_checks.FAILED, **wrong))
+    assert not isolated_checks.is_known_failure(outcome(racing, isolated_checks.CRASHED))
+    assert not isolated_checks.is_known_failure(outcome("torch.sdpa.flash", isolated_checks.CRASHED))
+
+
+def test_an_isolated_check_takes_the_configuration_it_is_given(monkeypatch):
+    commands = []
+
+    def passed(command, capture_output, text, timeout):
+        commands.append(command)
+        result = {"passed": True, "rel_error": 0.0, "tolerance": 0.03, "detail": ""}
+        return subprocess.CompletedProcess(command, 0, json.dumps(result) + "\n", "")
+
+    monkeypatch.setattr(isolated_checks.subprocess, "run", passed)
+    point = SweepPoint(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256, chunk_size=128)
+    isolated_checks.run_checks(["a", "b"], "bfloat16", "cuda", timeout_s=5, jobs=1, deadline_s=5,
+                               configurations={"b": point})
+    assert len(commands[0]) == 6 and SweepPoint(**json.loads(commands[1][-1])) == point

@@ -154,3 +154,37 @@ def test_meta_records_provenance(monkeypatch):
     assert set(meta["git"]) == {"commit", "dirty"}
     assert meta["ceilings"]["bfloat16"] == {"datasheet": None, "measured": None, "runtime_model_uses": None}
     assert meta["finished"] is None and meta["resumed"] == []
+
+
+def test_rederive_recomputes_the_derived_columns_of_measured_rows_and_keeps_the_old_table(tmp_path):
+    import json
+
+    from tflabench.bench.results import META_FILE, RESULTS_FILE, rederive, write_meta
+
+    spec = kernel()
+    gpu = "NVIDIA H100 80GB HBM3"
+    stale = {**row(spec), "flops": 1.0, "tflops": 1.0}
+    failed = {**row(spec, point=SweepPoint(1, 64, 2, 16, 16, 16), status="failed_check"), "flops": 7.0}
+    with ResultsWriter(tmp_path / RESULTS_FILE) as writer:
+        writer.write(stale)
+        writer.write(failed)
+    write_meta(tmp_path / META_FILE, {"run": "r", "gpu": {"name": gpu}})
+    assert rederive(tmp_path, {spec.name: spec}) == 1
+    measured, untouched = read_rows(tmp_path / RESULTS_FILE)
+    expected = Derivation(gpu).columns(spec, FIG4_POINT, 4.39)
+    assert float(measured["flops"]) == pytest.approx(expected["flops"], rel=1e-5)
+    assert float(measured["tflops"]) == pytest.approx(expected["tflops"], rel=1e-5)
+    assert measured["time_ms"] == "4.39" and untouched["flops"] == "7"
+    backups = list(tmp_path.glob("results.*.before-rederive.csv"))
+    assert len(backups) == 1 and read_rows(backups[0])[0]["flops"] == "1"
+    record = json.loads((tmp_path / META_FILE).read_text())["rederived"][0]
+    assert record["changed_rows"] == 1 and record["previous_table"] == backups[0].name
+    assert rederive(tmp_path, {spec.name: spec}) == 0  # idempotent: no second backup
+    assert len(list(tmp_path.glob("results.*.before-rederive.csv"))) == 1
+
+
+def test_rederive_refuses_a_directory_that_is_not_a_run(tmp_path):
+    from tflabench.bench.results import rederive
+
+    with pytest.raises(InputError, match="not a run directory"):
+        rederive(tmp_path, {})

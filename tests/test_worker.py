@@ -34,7 +34,7 @@ def prefix_sum_kernel(run, check_passes=True) -> KernelSpec:
     return KernelSpec(
         name="local.prefix_sum", family="simple_gla", package=None, uses_chunk_size=True,
         availability=lambda: Availability(True), unsupported=lambda point: None, make_inputs=make_inputs,
-        run=run, reference_check=lambda device, dtype: check,
+        run=run, reference_check=lambda device, dtype, configuration=None: check,
     )
 
 

@@ -72,6 +72,8 @@ _TSPOW_TILE = {2: 8, 3: 4}
 _RETENTION_TILE = 16
 MAX_SIZE = 2**31 - 1
 MAX_POWER_DEGREE = 16
+#: forms of a power attention kernel: the chunked state form, or the quadratic attention form
+POWER_FORMS = ("chunked", "attention")
 
 
 @dataclass(frozen=True)
@@ -377,17 +379,26 @@ def power_state_size(head_dim: int, value_dim: int, degree: int, expansion: str 
     return power_expanded_dim(head_dim, degree, expansion) * (value_dim + 1)
 
 
-def _power_attention(problem: Problem, degree: int = 2, expansion: str = "retention") -> Cost:
-    """Chunked power attention: 4tDv + 2 F_c t c (d+v) FLOPs (baselines.md §9.4).
+def _power_attention(problem: Problem, degree: int = 2, expansion: str = "retention",
+                     form: str = "chunked") -> Cost:
+    """Power attention, chunked: 4tDv + 2 F_c t c (d+v) FLOPs (baselines.md §9.4); in its attention form
+    (``form="attention"``, retention's path for degrees without a chunked kernel): the causal attention
+    matmuls 2 F_c t^2 (d+v), the power an elementwise op like softmax's exp.
 
-    Bytes: inputs/outputs t(2d+2v)s, intra outputs Y and zeta written and re-read 2t(v+1)s, states written
-    by update-state, read and written by discumsum, read by query-state 4(t/c)Dv s_h.
+    Bytes, chunked: inputs/outputs t(2d+2v)s, intra outputs Y and zeta written and re-read 2t(v+1)s, states
+    written by update-state, read and written by discumsum, read by query-state 4(t/c)Dv s_h; attention
+    form: inputs/outputs and the fp32 log gate and row normalizer.
     """
     p = problem
     degree = _check_positive_int("degree", degree)
     if degree > MAX_POWER_DEGREE:
         raise InputError(f"degree must be at most {MAX_POWER_DEGREE}, got {degree}")
+    _check_choice("form", form, POWER_FORMS)
     t, d, v, c = p.seq_len, p.head_dim_qk, p.head_dim_v, p.chunk_size
+    if form == "attention":
+        flops = 2 * p.causal_factor * t * t * (d + v)
+        nbytes = t * (2 * d + 2 * v) * p.dtype_bytes + 2 * 4 * t
+        return Cost(p.batch_heads * float(flops), p.batch_heads * float(nbytes))
     D = power_expanded_dim(d, degree, expansion)
     if D > MAX_SIZE**4:
         raise InputError(
@@ -436,7 +447,7 @@ def kernel_cost(
     mLSTM parallel/recurrent formulations ignore it. formulation applies to the mLSTM families only.
     family_params: mLSTM ``gate_bytes`` (default dtype_bytes), ``flop_table``; gla ``sub_chunk_size``,
     ``gate_bytes``, ``intra_matrix_bytes``; simple_gla ``gate_bytes``; lightning ``implementation``;
-    mamba2_ssd ``ngroups``; power_attention ``degree``, ``expansion``.
+    mamba2_ssd ``ngroups``; power_attention ``degree``, ``expansion``, ``form`` ("chunked" or "attention").
     """
     if family not in FAMILIES:
         raise InputError(f"unknown kernel family {family!r} (known: {', '.join(FAMILIES)})")

@@ -36,6 +36,19 @@ _AXIS_HELP = "comma list, or A..B for powers of two from A to B"
 
 def register(app) -> None:
     app.command(name="sweep")(sweep)
+    app.command(name="rederive")(rederive)
+
+
+def rederive(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (results/<run>).")],
+) -> None:
+    """Recompute a run's derived columns (FLOPs, bytes, TFLOP/s, roofline fractions, model times) with the
+    current cost models; the measured columns stay, the previous table is kept beside it."""
+    from tflabench.bench.registry import all_kernels
+    from tflabench.bench.results import rederive as rederive_run
+
+    changed = rederive_run(run_dir, all_kernels())
+    typer.echo(f"{run_dir}: derived columns of {changed} rows changed")
 
 
 def sweep(

@@ -2,8 +2,8 @@
 
 Order per point (paper-benchmarks.md §1, avoiding the reference harness's pitfalls of baselines.md §12):
 
-1. correctness gate: ``spec.reference_check`` once per (worker, dtype); a failed check ends the point
-   with status ``failed_check`` and nothing is timed;
+1. correctness gate: ``spec.reference_check`` once per worker and configuration (dtype, head dims, chunk
+   size) at a small size; a failed check ends the point with status ``failed_check`` and nothing is timed;
 2. fresh random inputs from ``spec.make_inputs``;
 3. warm-up calls (compile and autotune happen here), their wall time recorded as ``warmup_s``;
 4. timed calls: on CUDA one pair of CUDA events per call, a 256 MB buffer zeroed before each call to
@@ -161,16 +161,19 @@ def peak_memory_mib(step: KernelStep) -> float:
 
 
 class ReferenceGate:
-    """Runs each kernel's reference check once per dtype and remembers the outcome."""
+    """Runs each kernel's reference check once per configuration (dtype, head dims, chunk size) and
+    remembers the outcome: every configuration that is timed has been checked (a peer can be right at one
+    chunk size and head dim and wrong at another)."""
 
     def __init__(self, device: str) -> None:
         self._device = device
-        self._results: dict[tuple[str, str], CheckResult] = {}
+        self._results: dict[tuple, CheckResult] = {}
 
-    def check(self, spec: KernelSpec, dtype: str) -> CheckResult:
-        key = (spec.name, check_dtype(self._device, dtype))
+    def check(self, spec: KernelSpec, point: SweepPoint) -> CheckResult:
+        dtype = check_dtype(self._device, point.dtype)
+        key = (spec.name, dtype, point.head_dim_qk, point.head_dim_v, point.chunk_size)
         if key not in self._results:
-            self._results[key] = spec.reference_check(torch_device(self._device), key[1])
+            self._results[key] = spec.reference_check(torch_device(self._device), dtype, point)
         return self._results[key]
 
 
@@ -185,7 +188,7 @@ def measure_point(spec: KernelSpec, point: SweepPoint, device: str, settings: Me
 
     Exceptions (OOM, compiler errors, ...) propagate: the worker turns them into the row's status.
     """
-    check = gate.check(spec, point.dtype)
+    check = gate.check(spec, point)
     measured: dict[str, Any] = {"check_rel_error": check.rel_error}
     if not check.passed:
         return {**measured, "status": "failed_check", "reason": failed_check_reason(check)}

@@ -88,8 +88,9 @@ class KernelSpec:
             gradients have requires_grad set when point.mode == "fwdbw".
         run: (inputs) -> output tensor (or tuple whose first element is the output); the harness calls
             backward on it for mode fwdbw.
-        reference_check: (device, dtype) -> CheckResult at a small size against the family's float64
-            reference.
+        reference_check: (device, dtype, configuration=None) -> CheckResult at a small size against the
+            family's float64 reference; given a sweep point (``configuration``), at that point's head dims
+            and chunk size (the configuration that is timed) with a small batch, head count and length.
         params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
         modes: the modes this kernel supports; a mode outside it is skipped with ``mode_reasons[mode]``.
         first_call_s: typical first-call time on a GPU (compilation and autotuning), measured. The sweep
@@ -105,7 +106,7 @@ class KernelSpec:
     unsupported: Callable[[SweepPoint], str | None]
     make_inputs: Callable[[SweepPoint, Any], dict]
     run: Callable[[dict], Any]
-    reference_check: Callable[[Any, str], CheckResult]
+    reference_check: Callable[..., CheckResult]
     params: dict = field(default_factory=dict)
     modes: tuple[str, ...] = MODES
     mode_reasons: dict = field(default_factory=dict)

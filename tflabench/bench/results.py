@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -146,7 +147,60 @@ def make_row(*, run: str, kernel: KernelSpec, version: str | None, point: SweepP
     }
 
 
+def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
+    """Recompute the derived columns of every measured row of ``run_dir`` with the current cost models (after
+    a model was corrected; the measured columns are not touched). The previous table is kept next to it as
+    ``results.<time>.before-rederive.csv`` and meta.json records the recomputation (nothing is written when
+    no row changes). Rows of kernels that are no longer registered stay as they are. Returns the number of
+    rows whose derived columns changed."""
+    path = run_dir / RESULTS_FILE
+    meta_path = run_dir / META_FILE
+    if not path.exists() or not meta_path.exists():
+        raise InputError(f"{str(run_dir)!r} is not a run directory (no {RESULTS_FILE} and {META_FILE})")
+    meta = read_meta(meta_path)
+    derivation = Derivation((meta.get("gpu") or {}).get("name", ""))
+    rows, changed = read_rows(path), 0
+    for row in rows:
+        kernel = kernels.get(row["kernel"])
+        if kernel is None or row["status"] != "ok":
+            continue
+        point = point_from_row(row)
+        derived = derivation.columns(kernel, point, float(row["time_ms"]) if row["time_ms"] else None)
+        new = {column: _cell(derived.get(column)) for column in DERIVED_COLUMNS}
+        if any(_differs(row[column], value) for column, value in new.items()):
+            row.update(new)
+            changed += 1
+    if not changed:
+        return 0
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    backup = path.with_name(f"results.{stamp}.before-rederive.csv")
+    shutil.copyfile(path, backup)
+    temporary = path.with_suffix(".csv.tmp")
+    with open(temporary, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({column: row.get(column, "") for column in COLUMNS} for row in rows)
+    os.replace(temporary, path)
+    meta.setdefault("rederived", []).append({"at": now_iso(), "command": command_line(), "git": git_state(),
+                                             "changed_rows": changed, "previous_table": backup.name})
+    write_meta(meta_path, meta)
+    return changed
+
+
+def _differs(old: str, new: str) -> bool:
+    """Whether two cells differ beyond the rounding of a time re-read from the table (6 digits)."""
+    try:
+        old_value, new_value = float(old), float(new)
+    except ValueError:
+        return old != new
+    return abs(old_value - new_value) > 1e-4 * max(abs(old_value), abs(new_value))
+
+
 # ----------------------------------------------------------------------------------------------- derived
+
+#: the columns `Derivation.columns` fills
+DERIVED_COLUMNS = ("flops", "bytes", "intensity", "tflops", "gbps", "roofline_frac_datasheet",
+                   "roofline_frac_measured", "model_ms_additive", "model_ms_overlap")
 
 
 class Derivation:

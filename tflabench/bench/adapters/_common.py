@@ -99,22 +99,43 @@ def peer_availability(
 def check_mapping(
     family: str, mapping: PeerMapping, make_neutral: NeutralInputs, point: SweepPoint, device: torch.device
 ) -> CheckResult:
-    """Run ``mapping`` once on fresh neutral inputs at ``point`` and compare its output [B, T, H, Dv] with
-    the family's float64 reference of the same inputs."""
+    """Run ``mapping`` on fresh neutral inputs at ``point`` and compare its output [B, T, H, Dv] with the
+    family's float64 reference of the same inputs; then once more on a fresh copy of the same inputs: two
+    calls that differ by more than the tolerance fail the check as not deterministic (a race or a read of
+    uninitialized memory; mlstm_kernels' chunkwise kernels at Dv 32, L 64 on Triton 3.6, session 3)."""
     neutral_values = make_neutral(point, device)
-    arguments = _prepared(mapping.to_native(neutral_values, point), mapping.grad_inputs, "fwd")
-    with torch.no_grad():
-        output = mapping.to_neutral(mapping.call(arguments))
+
+    def call() -> torch.Tensor:
+        arguments = _prepared(mapping.to_native(neutral_values, point), mapping.grad_inputs, "fwd")
+        with torch.no_grad():
+            return mapping.to_neutral(mapping.call(arguments))
+
+    output = call()
     view = mapping.family_view(neutral_values) if mapping.family_view else neutral_values
     reference = references.reference_output(family, view)
     error = references.relative_error(output, reference)
     tolerance = references.TOLERANCES[point.dtype]
     detail = f"{point.key()} on {device}"
     if tuple(output.shape) != tuple(reference.shape):
-        detail += f"; output shape {tuple(output.shape)}, expected {tuple(reference.shape)}"
-    elif not error <= tolerance:
+        return CheckResult(False, error, tolerance,
+                           f"{detail}; output shape {tuple(output.shape)}, expected {tuple(reference.shape)}")
+    if not error <= tolerance:
         detail += f"; {references.mismatch_summary(output, reference)}"
-    return CheckResult(passed=error <= tolerance, rel_error=error, tolerance=tolerance, detail=detail)
+    repeat_difference = references.relative_error(call(), output)
+    if not repeat_difference <= tolerance:
+        detail += f"; not deterministic: a second call on the same inputs differs by {repeat_difference:.3g}"
+    passed = error <= tolerance and repeat_difference <= tolerance
+    return CheckResult(passed=passed, rel_error=error, tolerance=tolerance, detail=detail)
+
+
+def configuration_check_point(check_point: SweepPoint, point: SweepPoint) -> SweepPoint:
+    """The check point with the head dims and chunk size of ``point`` (when both have one): the gate checks
+    the configuration that is about to be timed, at the check's small batch and head count and a length of
+    at least two chunks. The dtype and mode stay the check point's."""
+    chunk_size = point.chunk_size if check_point.chunk_size is not None else None
+    seq_len = max(check_point.seq_len, 2 * chunk_size) if chunk_size else check_point.seq_len
+    return replace(check_point, head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
+                   chunk_size=chunk_size, seq_len=seq_len)
 
 
 def family_inputs(family: str, **fixed: Any) -> NeutralInputs:
@@ -159,7 +180,8 @@ def peer_spec(
     another generator where the kernel's inputs have more structure than its family's (with
     ``mapping.family_view``).
     check_point: the size of the reference check (its dtype is the checked one; chunk_size is dropped when
-    the chunk axis does not apply).
+    the chunk axis does not apply). Given the point about to be timed, the check takes that point's head dims
+    and chunk size (`configuration_check_point`), unless ``unsupported`` rejects the result.
     mode_reasons: the modes this kernel refuses, with the reason.
     first_call_s: typical compile + autotune time of the first call on a GPU (see `KernelSpec`).
     """
@@ -171,8 +193,11 @@ def peer_spec(
         neutral_values = make_neutral(point, torch.device(device))
         return _prepared(mapping.to_native(neutral_values, point), mapping.grad_inputs, point.mode)
 
-    def reference_check(device: Any, dtype: str) -> CheckResult:
+    def reference_check(device: Any, dtype: str, configuration: SweepPoint | None = None) -> CheckResult:
         point = replace(check_point, dtype=dtype, mode="fwd")
+        if configuration is not None:
+            shrunk = configuration_check_point(point, configuration)
+            point = point if unsupported(shrunk) else shrunk
         return check_mapping(family, mapping, make_neutral, point, torch.device(device))
 
     mode_reasons = mode_reasons or {}

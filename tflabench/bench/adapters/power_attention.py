@@ -119,12 +119,12 @@ def _register() -> None:
     for distribution, availability in availabilities.items():
         module, function = ENTRY_POINTS[distribution]
         for degree in DEGREES:
-            form = "chunked" if CHUNKED[degree] else "attention (quadratic)"
+            form = "chunked" if CHUNKED[degree] else "attention"
             register(peer_spec(
                 f"{module}.{function}.deg{degree}", "power_attention", MAPPINGS[distribution], availability,
                 package=distribution, uses_chunk_size=CHUNKED[degree], unsupported=_unsupported,
                 neutral_inputs=family_inputs("power_attention", degree=degree), check_point=_CHECK_POINT,
-                params={"degree": degree, "form": form, "cost_params": {"degree": degree}},
+                params={"degree": degree, "form": form, "cost_params": {"degree": degree, "form": form}},
                 first_call_s=FIRST_CALL_S,
             ))
 

@@ -8,9 +8,14 @@ dHt = dH / denom (row-wise) and, for chunk c (0-based) with states[c] the state 
   over chunks starting from the gradient of the returned final state. It stores dstates[c], the gradient
   of the state *after* chunk c (which chunk c's keys and values enter), and dc0, the gradient of the
   initial state. Grid (Dqk/BK, Dv/BV, B*H).
-* `chunk_dq_kernel`: dQ = scale (dHt V^T * D) K + scale qgate * dHt states[c]^T. Grid (Dqk/BK, L/BLQ, NC*B*H).
-* `chunk_dk_kernel`: dK = scale (V dHt^T * D^T) Q + kgate * V dstates[c+1]^T. Grid (Dqk/BK, L/BLKV, NC*B*H).
-* `chunk_dv_kernel`: dV = (scale K Q^T * D^T) dHt + (kgate * K) dstates[c+1]. Grid (Dv/BV, L/BLKV, NC*B*H).
+* `chunk_dq_kernel`: dQ = scale (dHt V^T * D) K + scale qgate * dHt states[c]^T. Grid (Dqk/BK, L/BLQ) per
+  chunk.
+* `chunk_dk_kernel`: dK = scale (V dHt^T * D^T) Q + kgate * V dstates[c+1]^T. Grid (Dqk/BK, L/BLKV) per
+  chunk.
+* `chunk_dv_kernel`: dV = (scale K Q^T * D^T) dHt + (kgate * K) dstates[c+1]. Grid (Dv/BV, L/BLKV) per chunk.
+
+"Per chunk" grids are 1-D, decoded by `triton_fwd.chunk_program` (the tile blocks fastest, then the NC * B * H
+chunks).
 
 Table 1 of the TFLA paper (grid column corrected): dQ is parallel over (L_hq, Dqk), dK over (L_kv, Dqk),
 dV over (L_kv, Dv). Gate matrix D_ij = exp(b_i - b_j + ig_j - m_comb_i) for i >= j (m_comb = 0 for

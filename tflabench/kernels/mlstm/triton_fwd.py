@@ -8,10 +8,10 @@ Three launches per forward pass (mlstm-tfla.md §4.6, §6):
    the stabilized states C_k [B*H, NC, Dqk, Dv] (and n_k, m_k). Grid (Dqk/BK, Dv/BV, B*H); each program
    walks the sequence in sub-chunks of BL tokens and stores one state per chunk of L tokens.
 3. `chunk_outputs_kernel` (level 2): every chunk in parallel, and inside a chunk every (query tile, value
-   tile) pair in parallel. Grid (Dv/BV, L/BLQ, NC*B*H). It starts from the inter-chunk part Qbar C_{k-1},
-   then loops over the key/value tiles up to the diagonal (tiles of BLKV) and over Dqk (tiles of BK),
-   with FlashAttention-style rescaling for mLSTMexp (Algorithm 1, corrected as in §6.6, with the two
-   Dqk loops fused: see the kernel's docstring).
+   tile) pair in parallel. Grid (Dv/BV, L/BLQ) per chunk (1-D, `chunk_program`). It starts from the
+   inter-chunk part Qbar C_{k-1}, then loops over the key/value tiles up to the diagonal (tiles of BLKV)
+   and over Dqk (tiles of BK), with FlashAttention-style rescaling for mLSTMexp (Algorithm 1, corrected
+   as in §6.6, with the two Dqk loops fused: see the kernel's docstring).
 
 Token-major tensors (q, k, v, h, gates) keep the public layout [B, T, H, D] and are addressed through
 strides, so no transpose is needed. Indices: c is the 0-based chunk, states[c] is the state *before*
