@@ -148,8 +148,9 @@ def make_row(*, run: str, kernel: KernelSpec, version: str | None, point: SweepP
 
 
 def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
-    """Recompute the derived columns of every measured row of ``run_dir`` with the current cost models (after
-    a model was corrected; the measured columns are not touched). The previous table is kept next to it as
+    """Recompute the derived columns of every measured row of ``run_dir`` with the current cost models and
+    ceilings (after a model was corrected; the measured columns are not touched; meta.json's ceilings are
+    updated to the ones used). The previous table is kept next to it as
     ``results.<time>.before-rederive.csv`` and meta.json records the recomputation (nothing is written when
     no row changes). Rows of kernels that are no longer registered stay as they are. Returns the number of
     rows whose derived columns changed."""
@@ -181,6 +182,7 @@ def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
         writer.writeheader()
         writer.writerows({column: row.get(column, "") for column in COLUMNS} for row in rows)
     os.replace(temporary, path)
+    meta["ceilings"] = _ceilings_record(derivation, tuple(sorted({row["dtype"] for row in rows})))
     meta.setdefault("rederived", []).append({"at": now_iso(), "command": command_line(), "git": git_state(),
                                              "changed_rows": changed, "previous_table": backup.name})
     write_meta(meta_path, meta)
