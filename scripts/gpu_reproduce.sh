@@ -13,6 +13,8 @@
 #                are not started when less than that is left of the budget; a point cut off by the command
 #                limit is not recorded and comes first in the next call, which starts with the whole window.
 #   TFLABENCH_GPUS=0,1 spreads the kernels over those GPUs (`tflabench sweep --gpus`).
+#   TFLABENCH_SWEEP_ARGS adds sweep options, e.g. "--retry failed_check" (measure the points whose gate
+#   failed again, after a gate or adapter fix; the old rows are kept beside the table).
 #   The run is results/PRESET (run name = preset name); at the end it is packed, with plots/, logs/ and
 #   report.md, into $OUT/PRESET.tar.gz (one file: the device returns a limited number of files), and a
 #   calibration made in this call is copied to $OUT/calibration/.
@@ -62,7 +64,7 @@ echo "== $(date -u +%FT%TZ) $preset: budget ${budget}s, point timeout ${timeout_
 gpus=()
 [[ -n ${TFLABENCH_GPUS:-} ]] && gpus=(--gpus "$TFLABENCH_GPUS")
 timeout -s INT -k 30 "$left" python3 -m tflabench sweep --preset "$preset" --run-name "$preset" --out results \
-    --resume --budget "$budget" --timeout "$timeout_s" "${gpus[@]}" >> "$log" 2>&1
+    --resume --budget "$budget" --timeout "$timeout_s" "${gpus[@]}" ${TFLABENCH_SWEEP_ARGS:-} >> "$log" 2>&1
 sweep_status=$?
 ((sweep_status == 124)) && echo "== stopped at the hard limit; the running point is retried next call" >> "$log"
 

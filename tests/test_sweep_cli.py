@@ -148,3 +148,32 @@ def test_two_lanes_measure_every_point_once_with_one_kernel_per_lane(tmp_path):
         assert len(headers) == 1, headers
         lanes[kernel] = headers[0]
     assert set(lanes.values()) == {"== lane: TFLABENCH_LANE=a", "== lane: TFLABENCH_LANE=b"}
+
+
+def test_retry_measures_the_failed_points_again_and_keeps_their_old_rows(tmp_path):
+    command = sweep_command(tmp_path, "retry", "--kernels", "fake.correct,fake.wrong", "--seq-len", "8,16",
+                            "--chunk-size", "8", "--mode", "fwd")
+    assert run_sweep(command).returncode == 0
+    first = read_rows(tmp_path / "retry" / "results.csv")
+    retried = run_sweep([*command, "--resume", "--retry", "failed_check"])
+    assert retried.returncode == 0, retried.stderr
+    assert "--retry: 2 rows (failed_check) to measure again" in retried.stdout
+    rows = read_rows(tmp_path / "retry" / "results.csv")
+    ok_rows = [row for row in first if row["status"] == "ok"]
+    assert rows[: len(ok_rows)] == ok_rows and len(rows) == len(first)  # ok rows untouched, none duplicated
+    assert {row["kernel"] for row in rows[len(ok_rows):]} == {"fake.wrong"}
+    meta = json.loads((tmp_path / "retry" / "meta.json").read_text())
+    aside = meta["resumed"][-1]["retried_file"]
+    assert meta["resumed"][-1]["retried_rows"] == 2
+    assert read_rows(tmp_path / "retry" / aside) == [row for row in first if row["status"] == "failed_check"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--retry", "failed_check"], "pass --resume as well"),
+    (["--resume", "--retry", "ok"], "statuses other than ok"),
+    (["--resume", "--retry", "failed"], "statuses other than ok"),
+])
+def test_retry_rejects_bad_input_in_one_line(tmp_path, arguments, message):
+    result = run_sweep(sweep_command(tmp_path, "bad-retry", "--kernels", "fake.correct", "--seq-len", "16",
+                                     "--chunk-size", "8", *arguments))
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and message in result.stderr

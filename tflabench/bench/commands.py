@@ -75,6 +75,9 @@ def sweep(
     run_name: Annotated[str | None, typer.Option(help="Run directory name (default: preset + time).")] = None,
     out: Annotated[Path, typer.Option(help="Parent directory of the run directories.")] = Path("results"),
     resume: Annotated[bool, typer.Option(help="Continue a run: skip points already in results.csv.")] = False,
+    retry: Annotated[str | None, typer.Option(
+        help="With --resume: measure again the points whose rows have these statuses (comma list, e.g. "
+             "failed_check,crash); their rows move to results.<time>.retried.csv.")] = None,
     budget: Annotated[float | None, typer.Option(
         help="Start no new point after this many seconds (continue later with --resume).")] = None,
     kernel_module: Annotated[list[str] | None, typer.Option(
@@ -99,8 +102,10 @@ def sweep(
         return
     if budget is not None and budget < 0:
         raise InputError(f"--budget must be >= 0 seconds, got {budget}")
+    retry_statuses = _retry_statuses(retry, resume)
     run = run_name or f"{preset or 'sweep'}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     run_sweep(spec, jobs, _run_dir(out, run, resume), device=device, modules=modules, budget_s=budget,
+              retry=retry_statuses,
               lanes=lanes)
 
 
@@ -166,6 +171,22 @@ def _expand(spec: SweepSpec, modules: tuple[str, ...]) -> list[Job]:
     return expand(spec, all_kernels())
 
 
+def _retry_statuses(retry: str | None, resume: bool) -> frozenset[str]:
+    """The row statuses of ``--retry``: failure statuses of the schema, only with --resume."""
+    from tflabench.bench.schema import STATUSES
+
+    if retry is None:
+        return frozenset()
+    if not resume:
+        raise InputError("--retry continues a run: pass --resume as well")
+    statuses = frozenset(name.strip() for name in retry.split(",") if name.strip())
+    failures = set(STATUSES) - {"ok"}
+    if not statuses or not statuses <= failures:
+        known = ", ".join(sorted(failures))
+        raise InputError(f"--retry takes statuses other than ok ({known}), got {retry!r}")
+    return statuses
+
+
 def _run_dir(out: Path, run: str, resume: bool) -> Path:
     if not run or run in (".", "..") or "/" in run or os.sep in run:
         raise InputError(f"invalid run name {run!r} (a plain directory name is expected)")
@@ -213,10 +234,12 @@ def _open_meta(run_dir: Path, spec: SweepSpec, jobs: list[Job], device: str, gpu
 
 
 def run_sweep(spec: SweepSpec, jobs: list[Job], run_dir: Path, *, device: str, modules: tuple[str, ...],
-              budget_s: float | None, lanes: list[dict[str, str]] | None = None) -> None:
+              budget_s: float | None, lanes: list[dict[str, str]] | None = None,
+              retry: frozenset[str] = frozenset()) -> None:
     """Measure the jobs not yet in ``run_dir/results.csv``, then print the summary of the whole run.
 
-    lanes: one environment override per lane (`gpu_lanes`); kernels run in parallel, one per lane."""
+    lanes: one environment override per lane (`gpu_lanes`); kernels run in parallel, one per lane.
+    retry: row statuses whose points are measured again (`results.set_aside` keeps the old rows)."""
     from tflabench.bench.results import (
         LOG_DIR,
         META_FILE,
@@ -226,6 +249,7 @@ def run_sweep(spec: SweepSpec, jobs: list[Job], run_dir: Path, *, device: str, m
         finished_keys,
         now_iso,
         read_rows,
+        set_aside,
         write_meta,
     )
 
@@ -233,6 +257,12 @@ def run_sweep(spec: SweepSpec, jobs: list[Job], run_dir: Path, *, device: str, m
     gpu, gpu_info = _gpu_name(device)
     derivation = Derivation(gpu)
     meta = _open_meta(run_dir, spec, jobs, device, gpu_info, derivation)
+    if retry:
+        moved, aside = set_aside(run_dir / RESULTS_FILE, set(retry), {job.key for job in jobs})
+        meta["resumed"][-1] |= {"retried_rows": moved, "retried_file": aside}
+        write_meta(run_dir / META_FILE, meta)
+        typer.echo(f"--retry: {moved} rows ({', '.join(sorted(retry))}) to measure again"
+                   + (f"; the old rows are in {aside}" if aside else ""))
     done = finished_keys(run_dir / RESULTS_FILE)
     pending = [job for job in jobs if job.key not in done]
     deadline = None if budget_s is None else time.monotonic() + budget_s

@@ -173,20 +173,48 @@ def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
             changed += 1
     if not changed:
         return 0
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    backup = path.with_name(f"results.{stamp}.before-rederive.csv")
+    backup = path.with_name(f"results.{_stamp()}.before-rederive.csv")
     shutil.copyfile(path, backup)
-    temporary = path.with_suffix(".csv.tmp")
-    with open(temporary, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({column: row.get(column, "") for column in COLUMNS} for row in rows)
-    os.replace(temporary, path)
+    _write_table(path, rows)
     meta["ceilings"] = _ceilings_record(derivation, tuple(sorted({row["dtype"] for row in rows})))
     meta.setdefault("rederived", []).append({"at": now_iso(), "command": command_line(), "git": git_state(),
                                              "changed_rows": changed, "previous_table": backup.name})
     write_meta(meta_path, meta)
     return changed
+
+
+def set_aside(path: Path, statuses: set[str], keys: set[tuple[str, str]]) -> tuple[int, str | None]:
+    """Move the rows of ``statuses`` whose (kernel, point key) is in ``keys`` from the table ``path`` into
+    ``results.<time>.retried.csv`` beside it, so that a resumed sweep measures them again and nothing is
+    lost. Returns (rows moved, the file's name or None when none was)."""
+    rows = read_rows(path)
+    def retried(row: dict[str, str]) -> bool:
+        return row["status"] in statuses and (row["kernel"], point_from_row(row).key()) in keys
+
+    moved = [row for row in rows if retried(row)]
+    if not moved:
+        return 0, None
+    kept = [row for row in rows if not retried(row)]
+    aside = path.with_name(f"results.{_stamp()}.retried.csv")
+    _write_table(aside, moved)
+    _write_table(path, kept)
+    return len(moved), aside.name
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _write_table(path: Path, rows: list[dict[str, str]]) -> None:
+    """Write a whole table atomically (a temporary file replaces ``path``)."""
+    temporary = path.with_suffix(".csv.tmp")
+    with open(temporary, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({column: row.get(column, "") for column in COLUMNS} for row in rows)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
 
 
 def _differs(old: str, new: str) -> bool:
