@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -188,3 +189,19 @@ def test_a_run_where_nothing_was_measured_still_gets_a_report(tmp_path):
     text = report.report_markdown(run, None, plots.Rendered())
     assert "## Runtime and speed-up\n\nNo row of this run was measured" in text
     assert "| torch.sdpa.cudnn | 32×128 | fwd, fwdbw | unavailable | 2k, 4k, 8k, 16k | – | no CUDA" in text
+
+
+def test_the_chunk_optimum_uses_the_state_bytes_the_kernel_records(table):
+    """Our kernels store their chunk states in the inputs' dtype (cost_params state_bytes "operand"): the
+    theory L* of a bf16 sweep uses 2-byte states; a kernel that records none gets the paper's fp32."""
+    sweep = run_data.chunk_sweeps(run_data.load_run(FIXTURE))[0]
+
+    def with_params(params: str) -> run_data.ChunkSweep:
+        return replace(sweep, rows=sweep.rows.assign(params=params), dtype="bfloat16")
+
+    assert with_params(json.dumps({"cost_params": {"state_bytes": "operand"}})).state_bytes == 2
+    assert replace(with_params(json.dumps({"cost_params": {"state_bytes": "operand"}})),
+                   dtype="float32").state_bytes == 4
+    assert with_params(json.dumps({"cost_params": {"state_bytes": 1}})).state_bytes == 1
+    assert with_params(json.dumps({"variant": "sig"})).state_bytes == run_data.STATE_BYTES == 4
+    assert with_params("").state_bytes == 4

@@ -188,3 +188,15 @@ def test_rederive_refuses_a_directory_that_is_not_a_run(tmp_path):
 
     with pytest.raises(InputError, match="not a run directory"):
         rederive(tmp_path, {})
+
+
+def test_a_kernel_storing_states_in_the_operand_dtype_is_costed_with_those_bytes():
+    from tflabench.bench.results import STATE_BYTES_OF_OPERANDS
+
+    ours = kernel(algorithm="xl_chunk", cost_params={"state_bytes": STATE_BYTES_OF_OPERANDS})
+    assert cost_arguments(ours, "bfloat16")["state_bytes"] == 2
+    assert cost_arguments(ours, "float32")["state_bytes"] == 4
+    derivation = Derivation("")
+    fp32_states = derivation.columns(kernel(algorithm="xl_chunk"), FIG4_POINT, 1.0)
+    bf16_states = derivation.columns(ours, FIG4_POINT, 1.0)
+    assert bf16_states["flops"] == fp32_states["flops"] and bf16_states["bytes"] < fp32_states["bytes"]

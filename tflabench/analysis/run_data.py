@@ -26,8 +26,10 @@ from tflabench.bench.registry import MODES
 from tflabench.bench.schema import COLUMNS, STATUSES
 from tflabench.errors import InputError
 
-#: State bytes and causal factor F_c of the theoretical optimal chunk size (Eq. 121).
+#: State bytes (the paper's fp32, for kernels that record none) and causal factor F_c of the theoretical
+#: optimal chunk size (Eq. 121).
 STATE_BYTES = 4
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 CAUSAL_FACTOR = 0.5
 
 TEXT_COLUMNS = tuple("run kernel family version device gpu dtype mode status reason params timestamp".split())
@@ -190,6 +192,19 @@ class ChunkSweep:
         """The measured row with the smallest median time."""
         return self.rows.loc[self.rows["time_ms"].idxmin()]
 
+    @property
+    def state_bytes(self) -> int:
+        """Bytes per element of the kernel's materialized chunk states, from its recorded cost parameters
+        (``state_bytes``: a number, or "operand" for the inputs' dtype); the paper's fp32 without them."""
+        params = self.rows["params"].iloc[0] if "params" in self.rows else ""
+        try:
+            recorded = json.loads(params).get("cost_params", {}).get("state_bytes") if params else None
+        except (TypeError, ValueError, AttributeError):
+            recorded = None
+        if recorded == "operand":
+            return DTYPE_BYTES.get(self.dtype, STATE_BYTES)
+        return int(recorded) if isinstance(recorded, int | float) else STATE_BYTES
+
 
 def chunk_sweeps(run: Run) -> list[ChunkSweep]:
     """Every kernel configuration of the run measured at two or more chunk sizes."""
@@ -319,7 +334,7 @@ def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[C
                 ceilings,
                 sweep.head_dim_v,
                 ratio,
-                state_bytes=STATE_BYTES,
+                state_bytes=sweep.state_bytes,
                 causal_factor=CAUSAL_FACTOR,
             )
             runnable, reason = optimal_chunk.runnable_chunk(
@@ -328,7 +343,7 @@ def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[C
                 sweep.head_dim_v,
                 ratio,
                 sweep.seq_len,
-                state_bytes=STATE_BYTES,
+                state_bytes=sweep.state_bytes,
                 causal_factor=CAUSAL_FACTOR,
             )
         achieved, achieved_theory = _achieved_flop_rate(sweep), None
@@ -339,7 +354,7 @@ def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[C
                 achieved_ceilings,
                 sweep.head_dim_v,
                 sweep.head_dim_qk / sweep.head_dim_v,
-                state_bytes=STATE_BYTES,
+                state_bytes=sweep.state_bytes,
                 causal_factor=CAUSAL_FACTOR,
             )
         optima.append(

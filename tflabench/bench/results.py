@@ -37,6 +37,8 @@ META_FILE = "meta.json"
 LOG_DIR = "logs"
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+#: ``cost_params["state_bytes"]`` of a kernel whose materialized chunk states have the inputs' dtype
+STATE_BYTES_OF_OPERANDS = "operand"
 _FORMULATION_OF_ALGORITHM = {"parallel": "parallel", "recurrent": "recurrent"}
 
 
@@ -149,11 +151,11 @@ def make_row(*, run: str, kernel: KernelSpec, version: str | None, point: SweepP
 
 def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
     """Recompute the derived columns of every measured row of ``run_dir`` with the current cost models and
-    ceilings (after a model was corrected; the measured columns are not touched; meta.json's ceilings are
-    updated to the ones used). The previous table is kept next to it as
-    ``results.<time>.before-rederive.csv`` and meta.json records the recomputation (nothing is written when
-    no row changes). Rows of kernels that are no longer registered stay as they are. Returns the number of
-    rows whose derived columns changed."""
+    ceilings (after a model was corrected), and record the kernel's current ``cost_params`` in the row's
+    params; the measured columns are not touched, meta.json's ceilings become the ones used. The previous
+    table is kept next to it as ``results.<time>.before-rederive.csv`` and meta.json records the
+    recomputation (nothing is written when no row changes). Rows of kernels that are no longer registered
+    stay as they are. Returns the number of rows whose derived columns changed."""
     path = run_dir / RESULTS_FILE
     meta_path = run_dir / META_FILE
     if not path.exists() or not meta_path.exists():
@@ -168,6 +170,7 @@ def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
         point = point_from_row(row)
         derived = derivation.columns(kernel, point, float(row["time_ms"]) if row["time_ms"] else None)
         new = {column: _cell(derived.get(column)) for column in DERIVED_COLUMNS}
+        new["params"] = _with_cost_params(row["params"], kernel)
         if any(_differs(row[column], value) for column, value in new.items()):
             row.update(new)
             changed += 1
@@ -215,6 +218,16 @@ def _write_table(path: Path, rows: list[dict[str, str]]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
+
+
+def _with_cost_params(params: str, kernel: KernelSpec) -> str:
+    """A row's params (JSON) with the kernel's current ``cost_params``, the inputs of its derived columns."""
+    values = json.loads(params) if params else {}
+    if "cost_params" in kernel.params:
+        values["cost_params"] = kernel.params["cost_params"]
+    else:
+        values.pop("cost_params", None)
+    return json.dumps(values, sort_keys=True, default=str) if values else params
 
 
 def _differs(old: str, new: str) -> bool:
@@ -297,10 +310,14 @@ class Derivation:
         return columns
 
 
-def cost_arguments(kernel: KernelSpec) -> dict[str, Any]:
+def cost_arguments(kernel: KernelSpec, dtype: str | None = None) -> dict[str, Any]:
     """Keyword arguments of `kernel_cost` beyond the point: ``params["cost_params"]``, plus the mLSTM
-    formulation implied by ``params["algorithm"]`` and full attention for ``params["causal"] is False``."""
+    formulation implied by ``params["algorithm"]`` and full attention for ``params["causal"] is False``.
+    ``state_bytes: "operand"`` (a kernel that stores its chunk states in the input dtype) becomes the bytes
+    of ``dtype``."""
     arguments = dict(kernel.params.get("cost_params", {}))
+    if arguments.get("state_bytes") == STATE_BYTES_OF_OPERANDS:
+        arguments["state_bytes"] = _DTYPE_BYTES[dtype] if dtype else 4
     algorithm = kernel.params.get("algorithm")
     if kernel.family.startswith("mlstm") and algorithm in _FORMULATION_OF_ALGORITHM:
         arguments.setdefault("formulation", _FORMULATION_OF_ALGORITHM[algorithm])
@@ -315,7 +332,7 @@ def _cost(kernel: KernelSpec, point: SweepPoint):
         from tflabench.analysis.models import kernel_cost
     except ImportError:
         return None
-    params = cost_arguments(kernel)
+    params = cost_arguments(kernel, point.dtype)
     try:
         return kernel_cost(kernel.family, batch=point.batch, seq_len=point.seq_len, heads=point.heads,
                            head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,

@@ -16,6 +16,7 @@ import torch
 
 from tflabench.bench.adapters._common import PeerMapping, describe, family_inputs, peer_spec
 from tflabench.bench.registry import Availability, SweepPoint, register
+from tflabench.bench.results import STATE_BYTES_OF_OPERANDS
 
 _API = "tflabench.kernels.mlstm.api"
 #: The Triton kernels of both algorithms (`mlstm_xl_chunk`, `mlstm_limit_chunk`).
@@ -82,7 +83,8 @@ def _register() -> None:
                 f"tflabench.{family}.{algorithm}", family, _mapping(variant, algorithm, normalize),
                 _availability, package=None, uses_chunk_size=True, unsupported=_unsupported(algorithm),
                 neutral_inputs=family_inputs(family, normalize=normalize),
-                params={"variant": variant, "algorithm": algorithm, "normalize": normalize},
+                params={"variant": variant, "algorithm": algorithm, "normalize": normalize,
+                        "cost_params": {"state_bytes": STATE_BYTES_OF_OPERANDS}},
             ))
 
 
