@@ -207,9 +207,12 @@ def chunk_optimum_markdown(run: Run) -> str:
         return "No mLSTM kernel of this run was measured at two or more chunk sizes."
     rows = [_chunk_optimum_row(optimum) for optimum in optima]
     ceilings = next((o.ceilings for o in optima if o.ceilings is not None), None)
+    state_bytes = " or ".join(str(size) for size in sorted({o.sweep.state_bytes for o in optima}))
     source = (
-        f"Theory and model use the {ceilings.source} ceilings ({ceilings_label(ceilings)}), 4-byte states, "
-        "F_c = 0.5. Model: F/α + B/β (Eq. 116 form) at the measured optimum, and measured / model. "
+        f"Theory and model use the {ceilings.source} ceilings ({ceilings_label(ceilings)}), "
+        f"{state_bytes}-byte chunk states (what each kernel stores: its recorded state_bytes, the paper's 4 "
+        "where it records none), F_c = 0.5. Model: F/α + B/β (Eq. 116 form) at the measured optimum, and "
+        "measured / model. "
         "Last column: the best FLOP rate the kernel reached over the sweep (model FLOPs / time) and L* "
         "with that rate as α."
         if ceilings is not None
