@@ -400,11 +400,11 @@ def _stand_in_spec(call_on_chunk, unsupported=lambda point: None):
                              package=None, uses_chunk_size=True, unsupported=unsupported)
 
 
-def test_the_check_takes_the_head_dims_and_chunk_size_of_the_timed_point():
+def test_the_check_takes_the_heads_head_dims_and_chunk_size_of_the_timed_point():
     point = replace(SMALL, head_dim_qk=128, head_dim_v=256, chunk_size=256, seq_len=8192, batch=8, heads=16)
     check = _common.configuration_check_point(_common.CHECK_POINT, point)
-    assert (check.head_dim_qk, check.head_dim_v, check.chunk_size) == (128, 256, 256)
-    assert (check.batch, check.heads, check.seq_len) == (2, 2, 512)  # small, and two chunks long
+    assert (check.heads, check.head_dim_qk, check.head_dim_v, check.chunk_size) == (16, 128, 256, 256)
+    assert (check.batch, check.seq_len) == (2, 512)  # small, and two chunks long
     no_chunk = replace(_common.CHECK_POINT, chunk_size=None)
     assert _common.configuration_check_point(no_chunk, point).chunk_size is None
     assert _common.configuration_check_point(no_chunk, point).seq_len == no_chunk.seq_len

@@ -2,8 +2,9 @@
 
 Order per point (paper-benchmarks.md §1, avoiding the reference harness's pitfalls of baselines.md §12):
 
-1. correctness gate: ``spec.reference_check`` once per worker and configuration (dtype, head dims, chunk
-   size) at a small size; a failed check ends the point with status ``failed_check`` and nothing is timed;
+1. correctness gate: ``spec.reference_check`` once per worker and configuration (dtype, heads, head dims,
+   chunk size) at a small batch and length; a failed check ends the point with status ``failed_check``
+   and nothing is timed;
 2. fresh random inputs from ``spec.make_inputs``;
 3. warm-up calls (compile and autotune happen here), their wall time recorded as ``warmup_s``;
 4. timed calls: on CUDA one pair of CUDA events per call, a 256 MB buffer zeroed before each call to
@@ -161,7 +162,7 @@ def peak_memory_mib(step: KernelStep) -> float:
 
 
 class ReferenceGate:
-    """Runs each kernel's reference check once per configuration (dtype, head dims, chunk size) and
+    """Runs each kernel's reference check once per configuration (dtype, heads, head dims, chunk size) and
     remembers the outcome: every configuration that is timed has been checked (a peer can be right at one
     chunk size and head dim and wrong at another)."""
 
@@ -171,7 +172,7 @@ class ReferenceGate:
 
     def check(self, spec: KernelSpec, point: SweepPoint) -> CheckResult:
         dtype = check_dtype(self._device, point.dtype)
-        key = (spec.name, dtype, point.head_dim_qk, point.head_dim_v, point.chunk_size)
+        key = (spec.name, dtype, point.heads, point.head_dim_qk, point.head_dim_v, point.chunk_size)
         if key not in self._results:
             self._results[key] = spec.reference_check(torch_device(self._device), dtype, point)
         return self._results[key]

@@ -89,8 +89,8 @@ class KernelSpec:
         run: (inputs) -> output tensor (or tuple whose first element is the output); the harness calls
             backward on it for mode fwdbw.
         reference_check: (device, dtype, configuration=None) -> CheckResult at a small size against the
-            family's float64 reference; given a sweep point (``configuration``), at that point's head dims
-            and chunk size (the configuration that is timed) with a small batch, head count and length.
+            family's float64 reference; given a sweep point (``configuration``), at that point's heads,
+            head dims and chunk size (the configuration that is timed) with a small batch and length.
         params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
         modes: the modes this kernel supports; a mode outside it is skipped with ``mode_reasons[mode]``.
         first_call_s: typical first-call time on a GPU (compilation and autotuning), measured. The sweep

@@ -129,12 +129,13 @@ def check_mapping(
 
 
 def configuration_check_point(check_point: SweepPoint, point: SweepPoint) -> SweepPoint:
-    """The check point with the head dims and chunk size of ``point`` (when both have one): the gate checks
-    the configuration that is about to be timed, at the check's small batch and head count and a length of
-    at least two chunks. The dtype and mode stay the check point's."""
+    """The check point with the head count, head dims and chunk size of ``point`` (the chunk size when both
+    have one): the gate checks the configuration that is about to be timed, at the check's small batch and
+    a length of at least two chunks. Peers that autotune per head count and head dims (FLA) then tune once,
+    in the check, for the timed points too. The dtype and mode stay the check point's."""
     chunk_size = point.chunk_size if check_point.chunk_size is not None else None
     seq_len = max(check_point.seq_len, 2 * chunk_size) if chunk_size else check_point.seq_len
-    return replace(check_point, head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
+    return replace(check_point, heads=point.heads, head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
                    chunk_size=chunk_size, seq_len=seq_len)
 
 
@@ -180,8 +181,8 @@ def peer_spec(
     another generator where the kernel's inputs have more structure than its family's (with
     ``mapping.family_view``).
     check_point: the size of the reference check (its dtype is the checked one; chunk_size is dropped when
-    the chunk axis does not apply). Given the point about to be timed, the check takes that point's head dims
-    and chunk size (`configuration_check_point`), unless ``unsupported`` rejects the result.
+    the chunk axis does not apply). Given the point about to be timed, the check takes that point's heads,
+    head dims and chunk size (`configuration_check_point`), unless ``unsupported`` rejects the result.
     mode_reasons: the modes this kernel refuses, with the reason.
     first_call_s: typical compile + autotune time of the first call on a GPU (see `KernelSpec`).
     """
