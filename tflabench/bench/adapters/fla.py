@@ -29,6 +29,7 @@ from tflabench.bench.adapters._common import (
     peer_spec,
 )
 from tflabench.bench.registry import SweepPoint, register
+from tflabench.bench.results import STATE_BYTES_OF_OPERANDS
 
 DISTRIBUTION = "fla-core"
 LIGHTNING_LAYER = {"layer_idx": 0, "num_layers": 24}
@@ -137,18 +138,28 @@ def lightning_inputs(point: SweepPoint, device: torch.device) -> dict:
 FIRST_CALL_S = 300.0
 
 
+#: FLA's forward stores the chunk states h in the inputs' dtype (fla-core 0.6.0: ``chunk_fwd_h(...,
+#: states_in_fp32=False)`` in chunk_gla and chunk_simple_gla, which chunk_lightning_attn calls); its
+#: backward recomputes them in fp32, which the cost model's fwd+bwd convention (3x the forward bytes) does
+#: not separate.
+STATES_IN_OPERAND_DTYPE = {"state_bytes": STATE_BYTES_OF_OPERANDS}
+
+
 def _register() -> None:
     availability = peer_availability("fla.ops", DISTRIBUTION)
     refusal = gated_backward_refusal()
     register(peer_spec("fla.chunk_gla", "gla", GLA, availability, package=DISTRIBUTION, uses_chunk_size=False,
-                       unsupported=_seq_len_reason, params={"chunk_size": "64 (fixed inside FLA)"},
+                       unsupported=_seq_len_reason,
+                       params={"chunk_size": "64 (fixed inside FLA)", "cost_params": STATES_IN_OPERAND_DTYPE},
                        first_call_s=FIRST_CALL_S))
     register(peer_spec("fla.chunk_simple_gla", "simple_gla", SIMPLE_GLA, availability, package=DISTRIBUTION,
                        uses_chunk_size=True, unsupported=_chunk_reason,
+                       params={"cost_params": STATES_IN_OPERAND_DTYPE},
                        mode_reasons={"fwdbw": refusal} if refusal else None, first_call_s=FIRST_CALL_S))
     register(peer_spec("fla.chunk_lightning_attn", "lightning", LIGHTNING, availability, package=DISTRIBUTION,
                        uses_chunk_size=True, unsupported=_chunk_reason, neutral_inputs=lightning_inputs,
-                       params={**LIGHTNING_LAYER, "cost_params": {"implementation": "fla"}},
+                       params={**LIGHTNING_LAYER,
+                               "cost_params": {"implementation": "fla", **STATES_IN_OPERAND_DTYPE}},
                        first_call_s=FIRST_CALL_S))
 
 
