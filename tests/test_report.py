@@ -163,6 +163,15 @@ def test_report_without_meta_json_says_provenance_is_unknown(tmp_path):
     assert "No meta.json" in report.report_markdown(run, "torch.sdpa.cudnn", plots.Rendered())
 
 
+def test_an_unfinished_run_is_marked_at_the_top(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    finished = run_data.load_run(tmp_path / "run")
+    assert "Unfinished run" not in report.summary_line(finished)
+    meta_path = tmp_path / "run" / "meta.json"
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "finished": None}))
+    assert report.summary_line(run_data.load_run(tmp_path / "run")).startswith("**Unfinished run**")
+
+
 @pytest.mark.parametrize(
     ("baseline", "message"),
     [

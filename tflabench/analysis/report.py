@@ -99,10 +99,16 @@ def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
 
 
 def summary_line(run: Run) -> str:
+    """Rows, kernels, device and status counts; a run whose meta.json says it has not finished is marked."""
     statuses = Counter(run.table["status"])
     status_text = ", ".join(f"{status} {count}" for status, count in statuses.most_common())
+    unfinished = run.meta and run.meta.get("started") and not run.meta.get("finished")
+    note = ("**Unfinished run**: the sweep stopped before its last point (budget or time limit); the points "
+            "not yet measured are not in this report (`tflabench sweep ... --resume` continues it).\n\n")
+    kernels = run.table["kernel"].nunique()
     return (
-        f"{len(run.table)} rows, {run.table['kernel'].nunique()} kernels, device {device_label(run.table)}. "
+        (note if unfinished else "")
+        + f"{len(run.table)} rows, {kernels} kernels, device {device_label(run.table)}. "
         f"Status counts: {status_text}."
     )
 
