@@ -24,6 +24,11 @@
 #   tar xzf <files_at>/PRESET.tar.gz -C results/
 # The working-tree copy on the device has no git history, so meta.json records the commit given in
 # TFLABENCH_GIT_COMMIT.
+#
+# Autotuning results survive between calls: the call packs the Triton autotuner's results (FLA tunes with
+# cache_results, TRITON_CACHE_AUTOTUNING=1 makes every autotuner keep them; small JSON files) into $OUT/PRESET-autotune.tar.gz; copied to .triton-autotune/PRESET.tar.gz
+# (git-ignored) and carried, they are restored into the Triton cache of the next call, so a kernel cut off
+# mid-tuning or re-run with --retry does not tune again.
 set -uo pipefail
 
 usage="usage: bash scripts/gpu_reproduce.sh tfla-fig4|tfla-fig5|tfla-headdim [BUDGET_S] [TIMEOUT_S]"
@@ -44,8 +49,11 @@ fi
 [[ -d /tmp/site/fla ]] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
     wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache} TRITON_CACHE_AUTOTUNING=1
 tflabench() { python3 -m tflabench "$@"; }
-mkdir -p "$run_dir" "$out"
+mkdir -p "$run_dir" "$out" "$TRITON_CACHE_DIR"
+autotune=.triton-autotune/$preset.tar.gz
+[[ -f $autotune ]] && tar xzf "$autotune" -C "$TRITON_CACHE_DIR"
 
 # Measured ceilings feed the runtime model and the optimal chunk size; take them once per GPU model.
 gpu_key=$(python3 -c 'import torch
@@ -72,6 +80,7 @@ tflabench plot "$run_dir" >> "$log" 2>&1
 # tfla-fig5 has no attention kernel, and early calls may have no measured cuDNN row yet: default baseline then.
 tflabench report "$run_dir" --baseline torch.sdpa.cudnn >> "$log" 2>&1 || tflabench report "$run_dir" >> "$log" 2>&1
 tar czf "$out/$preset.tar.gz" -C results "$preset"
+(cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$out/$preset-autotune.tar.gz" -T -)
 
 tail -n 40 "$log"
 if python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["finished"] is None)' "$run_dir/meta.json"
