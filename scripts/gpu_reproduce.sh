@@ -28,8 +28,8 @@
 # Autotuning results survive between calls: the call packs the Triton autotuner's results (FLA tunes with
 # cache_results, TRITON_CACHE_AUTOTUNING=1 makes every autotuner keep them; small JSON files) into
 # $OUT/PRESET-autotune.tar.gz; copied to .triton-autotune/PRESET.tar.gz (git-ignored) and carried, they are
-# restored into the Triton cache of the next call, so a kernel cut off mid-tuning or re-run with --retry
-# does not tune again.
+# restored into the Triton cache of the next call, so a point cut off by the command limit or re-run with
+# --retry does not tune again what an earlier call tuned.
 set -uo pipefail
 
 usage="usage: bash scripts/gpu_reproduce.sh tfla-fig4|tfla-fig5|tfla-headdim [BUDGET_S] [TIMEOUT_S]"
