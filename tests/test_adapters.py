@@ -109,7 +109,7 @@ def test_family_and_cost_params_select_a_flop_model(name):
     results = pytest.importorskip("tflabench.bench.results")
     spec = kernel(name)
     dims = dict(batch=2, seq_len=1024, heads=4, head_dim_qk=64, head_dim_v=64,
-                chunk_size=64 if spec.uses_chunk_size else None, **results.cost_arguments(spec))
+                chunk_size=64 if spec.uses_chunk_size else None, **results.cost_arguments(spec, "bfloat16"))
     forward = models.kernel_cost(spec.family, mode="fwd", **dims)
     assert forward.flops > 0 and forward.bytes > 0
     assert models.kernel_cost(spec.family, mode="fwdbw", **dims).flops > forward.flops

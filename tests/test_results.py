@@ -100,10 +100,11 @@ def test_derived_columns_follow_the_roofline(tmp_path, monkeypatch):
 
 
 def test_cost_arguments_come_from_the_kernel_params():
-    assert cost_arguments(kernel(algorithm="parallel", cost_params={"gate_bytes": 4})) == {
+    assert cost_arguments(kernel(algorithm="parallel", cost_params={"gate_bytes": 4}), "bfloat16") == {
         "gate_bytes": 4, "formulation": "parallel"}
-    assert cost_arguments(kernel(algorithm="xl_chunk")) == {}
-    assert cost_arguments(kernel("sdpa.math", "softmax_attention", causal=False)) == {"causal_factor": 1.0}
+    assert cost_arguments(kernel(algorithm="xl_chunk"), "bfloat16") == {}
+    assert cost_arguments(kernel("sdpa.math", "softmax_attention", causal=False), "bfloat16") == {
+        "causal_factor": 1.0}
 
 
 def test_non_causal_attention_is_costed_as_full_attention():

@@ -29,7 +29,6 @@ from tflabench.errors import InputError
 #: State bytes (the paper's fp32, for kernels that record none) and causal factor F_c of the theoretical
 #: optimal chunk size (Eq. 121).
 STATE_BYTES = 4
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 CAUSAL_FACTOR = 0.5
 
 TEXT_COLUMNS = tuple("run kernel family version device gpu dtype mode status reason params timestamp".split())
@@ -196,13 +195,15 @@ class ChunkSweep:
     def state_bytes(self) -> int:
         """Bytes per element of the kernel's materialized chunk states, from its recorded cost parameters
         (``state_bytes``: a number, or "operand" for the inputs' dtype); the paper's fp32 without them."""
+        from tflabench.bench.results import DTYPE_BYTES, STATE_BYTES_OF_OPERANDS, resolved_state_bytes
+
         params = self.rows["params"].iloc[0] if "params" in self.rows else ""
         try:
             recorded = json.loads(params).get("cost_params", {}).get("state_bytes") if params else None
         except (TypeError, ValueError, AttributeError):
             recorded = None
-        if recorded == "operand":
-            return DTYPE_BYTES.get(self.dtype, STATE_BYTES)
+        if recorded == STATE_BYTES_OF_OPERANDS and self.dtype in DTYPE_BYTES:
+            return resolved_state_bytes(recorded, self.dtype)
         return int(recorded) if isinstance(recorded, int | float) else STATE_BYTES
 
 

@@ -36,7 +36,7 @@ RESULTS_FILE = "results.csv"
 META_FILE = "meta.json"
 LOG_DIR = "logs"
 
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 #: ``cost_params["state_bytes"]`` of a kernel whose materialized chunk states have the inputs' dtype
 STATE_BYTES_OF_OPERANDS = "operand"
 _FORMULATION_OF_ALGORITHM = {"parallel": "parallel", "recurrent": "recurrent"}
@@ -310,14 +310,20 @@ class Derivation:
         return columns
 
 
-def cost_arguments(kernel: KernelSpec, dtype: str | None = None) -> dict[str, Any]:
+def resolved_state_bytes(recorded: int | float | str, dtype: str) -> int | float:
+    """A kernel's recorded ``cost_params["state_bytes"]`` in bytes: a number as it is, or
+    `STATE_BYTES_OF_OPERANDS` as the bytes of ``dtype``, the inputs' dtype."""
+    return DTYPE_BYTES[dtype] if recorded == STATE_BYTES_OF_OPERANDS else recorded
+
+
+def cost_arguments(kernel: KernelSpec, dtype: str) -> dict[str, Any]:
     """Keyword arguments of `kernel_cost` beyond the point: ``params["cost_params"]``, plus the mLSTM
     formulation implied by ``params["algorithm"]`` and full attention for ``params["causal"] is False``.
     ``state_bytes: "operand"`` (a kernel that stores its chunk states in the input dtype) becomes the bytes
     of ``dtype``."""
     arguments = dict(kernel.params.get("cost_params", {}))
-    if arguments.get("state_bytes") == STATE_BYTES_OF_OPERANDS:
-        arguments["state_bytes"] = _DTYPE_BYTES[dtype] if dtype else 4
+    if "state_bytes" in arguments:
+        arguments["state_bytes"] = resolved_state_bytes(arguments["state_bytes"], dtype)
     algorithm = kernel.params.get("algorithm")
     if kernel.family.startswith("mlstm") and algorithm in _FORMULATION_OF_ALGORITHM:
         arguments.setdefault("formulation", _FORMULATION_OF_ALGORITHM[algorithm])
@@ -337,7 +343,7 @@ def _cost(kernel: KernelSpec, point: SweepPoint):
         return kernel_cost(kernel.family, batch=point.batch, seq_len=point.seq_len, heads=point.heads,
                            head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
                            chunk_size=point.chunk_size, mode=point.mode,
-                           dtype_bytes=_DTYPE_BYTES[point.dtype], **params)
+                           dtype_bytes=DTYPE_BYTES[point.dtype], **params)
     except (ValueError, TypeError):
         return None
 
