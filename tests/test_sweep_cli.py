@@ -168,6 +168,14 @@ def test_retry_measures_the_failed_points_again_and_keeps_their_old_rows(tmp_pat
     assert read_rows(tmp_path / "retry" / aside) == [row for row in first if row["status"] == "failed_check"]
 
 
+def test_retry_on_a_run_that_does_not_exist_yet_just_starts_it(tmp_path):
+    result = run_sweep(sweep_command(tmp_path, "fresh", "--kernels", "fake.correct", "--seq-len", "16",
+                                     "--chunk-size", "8", "--mode", "fwd", "--resume", "--retry", "crash"))
+    assert result.returncode == 0, result.stderr
+    assert "--retry: 0 rows (crash) to measure again" in result.stdout
+    assert [row["status"] for row in read_rows(tmp_path / "fresh" / "results.csv")] == ["ok"]
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--retry", "failed_check"], "pass --resume as well"),
     (["--resume", "--retry", "ok"], "statuses other than ok"),

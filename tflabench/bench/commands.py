@@ -259,8 +259,9 @@ def run_sweep(spec: SweepSpec, jobs: list[Job], run_dir: Path, *, device: str, m
     meta = _open_meta(run_dir, spec, jobs, device, gpu_info, derivation)
     if retry:
         moved, aside = set_aside(run_dir / RESULTS_FILE, set(retry), {job.key for job in jobs})
-        meta["resumed"][-1] |= {"retried_rows": moved, "retried_file": aside}
-        write_meta(run_dir / META_FILE, meta)
+        if meta["resumed"]:  # a run that starts here has no rows to retry and no resume to record them on
+            meta["resumed"][-1] |= {"retried_rows": moved, "retried_file": aside}
+            write_meta(run_dir / META_FILE, meta)
         typer.echo(f"--retry: {moved} rows ({', '.join(sorted(retry))}) to measure again"
                    + (f"; the old rows are in {aside}" if aside else ""))
     done = finished_keys(run_dir / RESULTS_FILE)

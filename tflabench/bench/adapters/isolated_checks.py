@@ -86,7 +86,7 @@ def load_kernel(name: str):
 
 def _child_main(name: str, dtype: str, device: str, configuration: str | None = None) -> int:
     """Run one check in this process and print its result as a JSON line (exit 0 even if it failed).
-    configuration: a `SweepPoint` as JSON, whose head dims and chunk size the check takes."""
+    configuration: a `SweepPoint` as JSON, whose heads, head dims and chunk size the check takes."""
     point = SweepPoint(**json.loads(configuration)) if configuration else None
     result = load_kernel(name).reference_check(device, dtype, point)
     print(json.dumps(asdict(result)), flush=True)
@@ -100,8 +100,8 @@ def _last_line(text: str) -> str:
 
 def run_isolated(name: str, dtype: str, device: str, timeout_s: float,
                  configuration: SweepPoint | None = None) -> CheckOutcome:
-    """Run the check of ``name`` (at the head dims and chunk size of ``configuration`` when given) in a child
-    process; a crash, timeout or exception becomes the outcome."""
+    """Run the check of ``name`` (at the heads, head dims and chunk size of ``configuration`` when given) in a
+    child process; a crash, timeout or exception becomes the outcome."""
     command = [sys.executable, "-m", MODULE, name, dtype, device]
     if configuration is not None:
         command.append(json.dumps(asdict(configuration)))
@@ -133,8 +133,8 @@ def run_checks(
 ) -> list[CheckOutcome]:
     """Checks of ``names`` in at most ``jobs`` concurrent children, all ending within ``deadline_s`` of the
     call: a check gets at most the time left (checks not started in time are NOT_RUN). ``report`` sees
-    every outcome as it arrives; ``configurations`` maps a name to the point whose head dims and chunk size
-    its check takes. Returns the outcomes in the order of ``names``."""
+    every outcome as it arrives; ``configurations`` maps a name to the point whose heads, head dims and chunk
+    size its check takes. Returns the outcomes in the order of ``names``."""
     configurations = configurations or {}
     names = list(names)
     end = time.monotonic() + deadline_s
