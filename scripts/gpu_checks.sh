@@ -36,7 +36,7 @@ step() {  # name seconds command...
     tail -n 3 "$work/$name.txt"
 }
 
-step kernels 170 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
+TFLABENCH_GPU_REPORT=$work/kernels_gpu.json step kernels 170 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
 step diagnose 180 python3 scripts/diagnose_mlstm_kernels.py --repeat --processes 2 --timeout 40 \
     --kernels mlstm_kernels.mlstm_exp.xl_chunk,mlstm_kernels.mlstm_exp.limit_chunk
 TFLABENCH_GPU_CHECK_DEADLINE_S=240 step adapters 560 \

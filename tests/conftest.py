@@ -15,3 +15,15 @@ except ImportError:  # pragma: no cover
 
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+import pytest
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item (``item.report_call``), for fixtures whose teardown
+    depends on the test's outcome."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report

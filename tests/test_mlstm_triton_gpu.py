@@ -244,12 +244,16 @@ def format_table(rows: list[dict]) -> str:
 
 
 @pytest.fixture(autouse=True)
-def gives_its_gpu_memory_back():
-    """The GPU is shared by the run: each test must release what it allocated."""
+def gives_its_gpu_memory_back(request):
+    """The GPU is shared by the run: each test must release what it allocated. A failed test's traceback
+    still holds its tensors: its memory is not checked (the failure is reported already)."""
     gc.collect()
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
     yield
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        return
     gc.collect()
     torch.cuda.empty_cache()
     leaked = torch.cuda.memory_allocated() - before
@@ -290,6 +294,9 @@ def test_outputs_and_gradients_are_finite_at_64k_tokens(variant, gpu_report):
     assert not zero, f"all zero: {zero}"
 
 
+DF_ROUNDING = 1e-3  # relative: a few bf16 roundings (2^-8 each) that fall the other way
+
+
 def _batch_element(problem: Problem, index: int) -> Problem:
     """Batch element ``index`` of ``problem`` as a problem of batch 1."""
     def element(x: Tensor) -> Tensor:
@@ -304,7 +311,9 @@ def test_more_than_65535_chunk_programs_match_the_batch_elements_run_alone(varia
     """NC * B * H = 128 * 4 * 128 = 65,536 programs per tile block: one more than a CUDA grid's y/z axis
     takes (the head-dim sweep's Dqk = Dv = 32 at L = 64 failed with "invalid argument" before the chunk
     programs moved onto the grid's x axis). Each batch element alone launches a quarter of that; the
-    outputs and gradients must be the same."""
+    outputs and gradients must be the same: the kernels' within 1e-6; df, whose reverse cumulative sum over
+    T runs in torch (its summation order depends on the number of rows, measured 5e-5 on the H200) and is
+    then rounded to bf16, within ``DF_ROUNDING``."""
     shape = Shape(batch=4, seq_len=8192, heads=128, head_dim_qk=32, head_dim_v=32)
     problem = make_problem(0, shape, "long-memory", torch.bfloat16)
     function = partial(mlstm, variant=variant, algorithm="limit_chunk", chunk_size=64)
@@ -312,7 +321,8 @@ def test_more_than_65535_chunk_programs_match_the_batch_elements_run_alone(varia
     alone = [run(function, _batch_element(problem, index), torch.bfloat16, F32)
              for index in range(shape.batch)]
     errors = {name: relative_error(whole[name], torch.cat([part[name] for part in alone])) for name in BOUNDS}
-    different = {name: error for name, error in errors.items() if not error <= 1e-6}
+    different = {name: error for name, error in errors.items()
+                 if not error <= (DF_ROUNDING if name == "df" else 1e-6)}
     gpu_report.append(dict(case=f"grid-x-{variant}-limit_chunk-L64-65536-programs", dtype="bfloat16",
                            shape=vars(shape), errors=errors, ok=not different))
     assert not different, f"whole batch differs from the batch elements run alone: {different}"
