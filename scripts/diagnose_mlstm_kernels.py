@@ -22,7 +22,8 @@ between the processes:
 
 --repeat runs instead, after the isolated check, the kernel five times in one process (three calls on one
 set of inputs, two on another) with the error per (batch, head), in the shared cache, with
-TRITON_ALWAYS_COMPILE=1 and with CUDA_LAUNCH_BLOCKING=1.
+TRITON_ALWAYS_COMPILE=1 and with CUDA_LAUNCH_BLOCKING=1; kernels of other packages (ours: the harness's
+check failed for them at the check size in session 4) run the harness's check three times instead.
 
 Each probe runs in its own child process; --shapes also repeats the direct check over operand dtype, gate
 dtype, head dims and sequence length.
@@ -132,9 +133,26 @@ def _repeat_check(kernel: str, device: str, shape: tuple[int, ...] | None) -> No
         print(json.dumps(row), flush=True)
 
 
+def _spec_repeat_check(kernel: str, device: str, shape: tuple[int, ...] | None) -> None:
+    """Within one process: the harness's check (two calls each, on fresh inputs) three times, at the check
+    size or at ``shape``'s heads, head dims and chunk size; for any registered kernel (the repeat probe
+    needs mlstm_kernels' mappings)."""
+    from tflabench.bench.registry import SweepPoint, get_kernel
+
+    configuration = SweepPoint(*shape) if shape else None
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    for call in range(3):
+        result = get_kernel(kernel).reference_check(device, dtype, configuration)
+        print(json.dumps({"kernel": kernel, "path": "spec-repeat", "call": call, "passed": result.passed,
+                          "rel_error": result.rel_error, "detail": result.detail}), flush=True)
+
+
 def _child(kernel: str, path: str, device: str, shapes: bool, repeat_shape: tuple[int, ...] | None) -> None:
     if path == "repeat":
         _repeat_check(kernel, device, repeat_shape)
+        return
+    if path == "spec-repeat":
+        _spec_repeat_check(kernel, device, repeat_shape)
         return
     dtype = "bfloat16" if device == "cuda" else "float32"
     configurations = (itertools.product(SHAPES if device == "cuda" else SHAPES[:2], DTYPES, GATE_DTYPES)
@@ -180,6 +198,17 @@ def _isolated_probe(kernel: str, device: str, timeout_s: float) -> None:
     print(f"probe isolated/shared: {json.dumps(asdict(outcome))}", flush=True)
 
 
+def _concurrent_probe(kernels: list[str], device: str, timeout_s: float, copies: int) -> None:
+    """The harness's isolated check of every kernel, ``copies`` times each, in that many concurrent processes
+    on one GPU, as the adapter GPU test runs them (six at once): does a check fail only beside others?"""
+    from tflabench.bench.adapters.isolated_checks import run_checks
+
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    names = [kernel for kernel in kernels for _ in range(copies)]
+    for outcome in run_checks(names, dtype, device, timeout_s=timeout_s, jobs=copies, deadline_s=3 * timeout_s):
+        print(f"concurrent/{copies}: {json.dumps(asdict(outcome))}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernels", default=",".join(KERNELS))
@@ -192,12 +221,17 @@ def main() -> None:
     parser.add_argument("--repeat-shape", help="B,T,H,DQK,DV,L of the repeat probe (default: the check size)")
     parser.add_argument("--processes", type=int, default=1,
                         help="--repeat: children per environment (the failure differs between processes)")
+    parser.add_argument("--concurrent", type=int, default=0, metavar="N",
+                        help="only the harness's isolated check of each kernel, N copies at once")
     parser.add_argument("--child", nargs=2, metavar=("KERNEL", "PATH"))
     arguments = parser.parse_args()
     repeat_shape = tuple(int(size) for size in arguments.repeat_shape.split(",")) if arguments.repeat_shape \
         else None
     if arguments.child:
         _child(*arguments.child, arguments.device, arguments.shapes, repeat_shape)
+        return
+    if arguments.concurrent:
+        _concurrent_probe(arguments.kernels.split(","), arguments.device, arguments.timeout, arguments.concurrent)
         return
     common = ["--device", arguments.device]
     if repeat_shape:
@@ -207,7 +241,8 @@ def main() -> None:
         if arguments.repeat:
             for (name, variables), number in itertools.product(REPEAT_ENVIRONMENTS.items(),
                                                                 range(arguments.processes)):
-                _run_child(["--child", kernel, "repeat", *common], {**os.environ, **variables},
+                path = "repeat" if kernel.startswith("mlstm_kernels.") else "spec-repeat"
+                _run_child(["--child", kernel, path, *common], {**os.environ, **variables},
                            arguments.timeout, f"repeat/{name}/{number}")
             continue
         for number, (path, cache) in enumerate(PROBES):

@@ -8,12 +8,16 @@
 #                                                    mLSTMsig xl_chunk, not deterministic at the check size
 #   3. pytest -m gpu tests/test_adapters_gpu.py       every adapter's bf16 reference check, at its check size
 #                                                    and at its Fig. 4 configuration
+#   check-size, concurrent, memcheck, racecheck: why our kernels failed the harness's check at its small size
+#      (B2 T128 H2 Dqk64 Dv32 L64) in the adapter GPU test of session 4 while passing every kernel GPU test:
+#      the check three times per process, six isolated checks at once, compute-sanitizer's memcheck and
+#      racecheck on the check
 #   4. scripts/bench_tfla_vs_reference.py            tiling candidates at T = 8192 (bench) and 65,536
 #                                                    (bench-long); our kernels' correctness is step 1
 #
 # Usage, on the GPU machine in the repository root, with wheels/ carried:
 #   TFLABENCH_GIT_COMMIT=<commit> OUT=<dir> bash scripts/gpu_checks.sh [STEPS]
-# STEPS: comma list of kernels,diagnose,adapters,bench,bench-long (default: kernels,bench,bench-long, about
+# STEPS: comma list of kernels,diagnose,check-size,concurrent,memcheck,racecheck,adapters,bench,bench-long (default: kernels,bench,bench-long, about
 # 6 minutes; adapters, two rounds of checks of up to 4 minutes each, needs a command of its own; diagnose 3). Each step has a time limit, and a step that
 # fails does not stop the next.
 set -uo pipefail
@@ -39,6 +43,14 @@ step() {  # name seconds command...
 TFLABENCH_GPU_REPORT=$work/kernels_gpu.json step kernels 170 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
 step diagnose 180 python3 scripts/diagnose_mlstm_kernels.py --repeat --processes 2 --timeout 40 \
     --kernels mlstm_kernels.mlstm_exp.xl_chunk,mlstm_kernels.mlstm_exp.limit_chunk
+step check-size 200 python3 scripts/diagnose_mlstm_kernels.py --repeat --timeout 40 \
+    --kernels tflabench.mlstm_sig.xl_chunk,tflabench.mlstm_exp.limit_chunk
+step concurrent 120 python3 scripts/diagnose_mlstm_kernels.py --concurrent 6 --timeout 100 \
+    --kernels tflabench.mlstm_sig.xl_chunk
+for tool in memcheck racecheck; do
+    step "$tool" 150 compute-sanitizer --tool "$tool" --print-limit 20 \
+        python3 scripts/diagnose_mlstm_kernels.py --child tflabench.mlstm_sig.xl_chunk spec-repeat
+done
 TFLABENCH_GPU_CHECK_DEADLINE_S=240 step adapters 560 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
 step bench 150 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
