@@ -43,12 +43,12 @@ step() {  # name seconds command...
 TFLABENCH_GPU_REPORT=$work/kernels_gpu.json step kernels 170 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
 step diagnose 180 python3 scripts/diagnose_mlstm_kernels.py --repeat --processes 2 --timeout 40 \
     --kernels mlstm_kernels.mlstm_exp.xl_chunk,mlstm_kernels.mlstm_exp.limit_chunk
-step check-size 200 python3 scripts/diagnose_mlstm_kernels.py --repeat --timeout 40 \
+step check-size 150 python3 scripts/diagnose_mlstm_kernels.py --repeat --timeout 40 \
     --kernels tflabench.mlstm_sig.xl_chunk,tflabench.mlstm_exp.limit_chunk
-step concurrent 120 python3 scripts/diagnose_mlstm_kernels.py --concurrent 6 --timeout 100 \
+step concurrent 90 python3 scripts/diagnose_mlstm_kernels.py --concurrent 6 --timeout 100 \
     --kernels tflabench.mlstm_sig.xl_chunk
 for tool in memcheck racecheck; do
-    step "$tool" 150 compute-sanitizer --tool "$tool" --print-limit 20 \
+    step "$tool" 120 compute-sanitizer --tool "$tool" --print-limit 20 \
         python3 scripts/diagnose_mlstm_kernels.py --child tflabench.mlstm_sig.xl_chunk spec-repeat
 done
 TFLABENCH_GPU_CHECK_DEADLINE_S=240 step adapters 560 \
