@@ -205,7 +205,8 @@ def _concurrent_probe(kernels: list[str], device: str, timeout_s: float, copies:
 
     dtype = "bfloat16" if device == "cuda" else "float32"
     names = [kernel for kernel in kernels for _ in range(copies)]
-    for outcome in run_checks(names, dtype, device, timeout_s=timeout_s, jobs=copies, deadline_s=3 * timeout_s):
+    outcomes = run_checks(names, dtype, device, timeout_s=timeout_s, jobs=copies, deadline_s=3 * timeout_s)
+    for outcome in outcomes:
         print(f"concurrent/{copies}: {json.dumps(asdict(outcome))}", flush=True)
 
 
@@ -231,7 +232,8 @@ def main() -> None:
         _child(*arguments.child, arguments.device, arguments.shapes, repeat_shape)
         return
     if arguments.concurrent:
-        _concurrent_probe(arguments.kernels.split(","), arguments.device, arguments.timeout, arguments.concurrent)
+        _concurrent_probe(arguments.kernels.split(","), arguments.device, arguments.timeout,
+                          arguments.concurrent)
         return
     common = ["--device", arguments.device]
     if repeat_shape:
