@@ -30,7 +30,7 @@ from torch import Tensor
 from tflabench.kernels import mlstm
 from tflabench.kernels.mlstm.reference import mlstm_parallel, mlstm_recurrent, parallel_form_initial_state
 from tflabench.kernels.mlstm.triton_fwd import chunk_program
-from tflabench.kernels.mlstm.xl_chunk import Tiling, _chunk_grid, mlstm_xl_chunk
+from tflabench.kernels.mlstm.xl_chunk import Tiling, _chunk_launch, mlstm_xl_chunk
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1",
@@ -458,9 +458,9 @@ def test_limit_chunk_at_128_loops_over_64_wide_head_dim_blocks():
 
 
 @triton.jit
-def _program_coordinates_kernel(out_ptr, NC, H, N0: tl.constexpr, N1: tl.constexpr):
+def _program_coordinates_kernel(out_ptr, NC, H, tiles_0, tiles_1):
     """Row pid of out [programs, 6]: what `chunk_program` decodes for program pid."""
-    coordinates = chunk_program(NC, H, N0, N1)
+    coordinates = chunk_program(NC, H, tiles_0, tiles_1)
     row = out_ptr + tl.program_id(0).to(tl.int64) * 6
     for column in tl.static_range(6):
         tl.store(row + column, coordinates[column])
@@ -470,9 +470,9 @@ def test_chunk_programs_cover_every_tile_once_in_the_order_of_a_3d_grid():
     """The 1-D grid (no 65,535 limit) visits (tile block 0, tile block 1, chunk, batch * head) in the order
     of the 3-D grid (N0, N1, NC * B * H) it replaced: the first fastest, the chunks of one head together."""
     N0, N1, NC, B, H = 3, 2, 5, 2, 3
-    programs = _chunk_grid(N0, N1, NC * B * H)
+    programs, tiles = _chunk_launch(N0, N1, NC * B * H)
     out = torch.full((*programs, 6), -1, dtype=torch.int64)
-    _program_coordinates_kernel[programs](out, NC, H, N0, N1)
+    _program_coordinates_kernel[programs](out, NC, H, **tiles)
     expected = [(pid0, pid1, bh, chunk, bh // H, bh % H)
                 for bh in range(B * H) for chunk in range(NC) for pid1 in range(N1) for pid0 in range(N0)]
     assert [tuple(row) for row in out.tolist()] == expected

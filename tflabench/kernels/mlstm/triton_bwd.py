@@ -29,7 +29,7 @@ dig_t = (k.dk)_t.
 import triton
 import triton.language as tl
 
-from tflabench.kernels.mlstm.triton_fwd import chunk_program
+from tflabench.kernels.mlstm.triton_fwd import chunk_kernel, chunk_program
 
 
 @triton.jit
@@ -123,7 +123,7 @@ def chunk_state_grads_kernel(
     tl.store(dc0_ptr + bh * DQK * DV + state_offs, dstate)
 
 
-@triton.jit
+@chunk_kernel
 def chunk_dq_kernel(
     q_ptr, k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, c_ptr,
     dq_ptr, qdq_ptr,
@@ -131,14 +131,14 @@ def chunk_dq_kernel(
     stride_k_b, stride_k_t, stride_k_h,
     stride_v_b, stride_v_t, stride_v_h,
     stride_dh_b, stride_dh_t, stride_dh_h,
-    T, H, NC, qk_scale,
+    T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
     """Grid `chunk_program` over (DQK/BK, L/BLQ). Writes dq [B, T, H, DQK] (layout of q) and
     qdq [DQK/BK, B*H, T]."""
-    pid_k, pid_q, bh, chunk, batch, head = chunk_program(NC, H, DQK // BK, L // BLQ)
+    pid_k, pid_q, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_k = pid_k * BK + tl.arange(0, BK)
@@ -178,13 +178,13 @@ def chunk_dq_kernel(
 
     q_base = q_ptr + batch * stride_q_b + head * stride_q_h
     q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :]).to(tl.float32)
-    num_bh = tl.num_programs(0) // ((DQK // BK) * (L // BLQ) * NC)
+    num_bh = tl.num_programs(0) // (tiles_0 * tiles_1 * NC)
     tl.store(qdq_ptr + (pid_k * num_bh + bh) * T + t_q, tl.sum(q_tile * dq, 1))
     dq_base = dq_ptr + batch * stride_q_b + head * stride_q_h
     tl.store(dq_base + t_q[:, None] * stride_q_t + offs_k[None, :], dq.to(dq_ptr.dtype.element_ty))
 
 
-@triton.jit
+@chunk_kernel
 def chunk_dk_kernel(
     q_ptr, k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, dc_ptr,
     dk_ptr, kdk_ptr,
@@ -192,14 +192,14 @@ def chunk_dk_kernel(
     stride_k_b, stride_k_t, stride_k_h,
     stride_v_b, stride_v_t, stride_v_h,
     stride_dh_b, stride_dh_t, stride_dh_h,
-    T, H, NC, qk_scale,
+    T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
     """Grid `chunk_program` over (DQK/BK, L/BLKV). Writes dk [B, T, H, DQK] (layout of k) and
     kdk [DQK/BK, B*H, T]."""
-    pid_k, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, DQK // BK, L // BLKV)
+    pid_k, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_k = pid_k * BK + tl.arange(0, BK)
@@ -236,13 +236,13 @@ def chunk_dk_kernel(
 
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :]).to(tl.float32)
-    num_bh = tl.num_programs(0) // ((DQK // BK) * (L // BLKV) * NC)
+    num_bh = tl.num_programs(0) // (tiles_0 * tiles_1 * NC)
     tl.store(kdk_ptr + (pid_k * num_bh + bh) * T + t_kv, tl.sum(k_tile * dk, 1))
     dk_base = dk_ptr + batch * stride_k_b + head * stride_k_h
     tl.store(dk_base + t_kv[:, None] * stride_k_t + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty))
 
 
-@triton.jit
+@chunk_kernel
 def chunk_dv_kernel(
     q_ptr, k_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, dc_ptr,
     dv_ptr,
@@ -250,13 +250,13 @@ def chunk_dv_kernel(
     stride_k_b, stride_k_t, stride_k_h,
     stride_dh_b, stride_dh_t, stride_dh_h,
     stride_dv_b, stride_dv_t, stride_dv_h,
-    T, H, NC, qk_scale,
+    T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
     """Grid `chunk_program` over (DV/BV, L/BLKV). Writes dv [B, T, H, DV] (layout of v)."""
-    pid_v, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, DV // BV, L // BLKV)
+    pid_v, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_dk = tl.arange(0, BK)
@@ -294,7 +294,7 @@ def chunk_dv_kernel(
     tl.store(dv_base + t_kv[:, None] * stride_dv_t + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty))
 
 
-@triton.jit
+@chunk_kernel
 def chunk_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, dc_ptr,
     dk_ptr, dv_ptr, kdk_ptr,
@@ -302,7 +302,7 @@ def chunk_dkdv_kernel(
     stride_k_b, stride_k_t, stride_k_h,
     stride_v_b, stride_v_t, stride_v_h,
     stride_dh_b, stride_dh_t, stride_dh_h,
-    T, H, NC, qk_scale,
+    T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
@@ -314,7 +314,7 @@ def chunk_dkdv_kernel(
     computed once for both gradients (the split kernels compute each twice). Writes dk, dv (layouts of k,
     v) and kdk [1, B*H, T].
     """
-    pid_kv, _, bh, chunk, batch, head = chunk_program(NC, H, L // BLKV, 1)
+    pid_kv, _, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_qk = tl.arange(0, DQK)

@@ -23,17 +23,25 @@ import triton.language as tl
 
 
 @triton.jit
-def chunk_program(NC, H, N0: tl.constexpr, N1: tl.constexpr):
-    """(pid0, pid1, bh, chunk, batch, head) of a program of the 1-D grid of N0 * N1 * NC * B * H programs
-    over (N0 tile blocks, N1 tile blocks, chunks, B * H), the first fastest: the program order of a 3-D grid
-    (N0, N1, NC * B * H), without the 65,535 limit of its last axis (reached at NC * B * H = 128 * 512).
-    The tile-block indices stay int32, as on the 3-D grid: in int64 they turn every tile's offset vectors
-    into int64 (the output kernel ran 6 % slower); chunk and B * H indices, which scale base pointers, are
-    int64."""
+def chunk_program(NC, H, tiles_0, tiles_1):
+    """(pid0, pid1, bh, chunk, batch, head) of a program of the 1-D grid of tiles_0 * tiles_1 * NC * B * H
+    programs over (tiles_0 tile blocks, tiles_1 tile blocks, chunks, B * H), the first fastest: the program
+    order of a 3-D grid (tiles_0, tiles_1, NC * B * H), without the 65,535 limit of its last axis (reached at
+    NC * B * H = 128 * 512).
+
+    The tile counts are runtime arguments that the kernels exclude from specialization (`chunk_kernel`), so
+    the tile indices stay runtime values, as the 3-D grid's program ids were: with the counts as constexprs,
+    a count of 1 made them compile-time zeros, and Triton 3.6 compiled the output kernel at Dqk 64 / Dv 32,
+    L 64 into one that reads shared memory out of bounds (compute-sanitizer memcheck, H200, session 4).
+    The tile indices are int32; the chunk and B * H indices, which scale base pointers, int64."""
     pid = tl.program_id(0)
-    pid_cbh = (pid // (N0 * N1)).to(tl.int64)
+    pid_cbh = (pid // (tiles_0 * tiles_1)).to(tl.int64)
     bh = pid_cbh // NC
-    return pid % N0, (pid // N0) % N1, bh, pid_cbh % NC, bh // H, bh % H
+    return pid % tiles_0, (pid // tiles_0) % tiles_1, bh, pid_cbh % NC, bh // H, bh % H
+
+
+#: decorator of the kernels whose grid `chunk_program` decodes
+chunk_kernel = triton.jit(do_not_specialize=["tiles_0", "tiles_1"])
 
 
 @triton.jit
@@ -149,7 +157,7 @@ def chunk_states_kernel(
             tl.store(m_ptr + bh * (NC + 1) + NC, m_state)
 
 
-@triton.jit
+@chunk_kernel
 def chunk_outputs_kernel(
     q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr,
     c_ptr, n_ptr, m_ptr,
@@ -158,7 +166,7 @@ def chunk_outputs_kernel(
     stride_k_b, stride_k_t, stride_k_h,
     stride_v_b, stride_v_t, stride_v_h,
     stride_h_b, stride_h_t, stride_h_h,
-    T, H, NC, qk_scale, eps,
+    T, H, NC, qk_scale, eps, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
@@ -172,7 +180,7 @@ def chunk_outputs_kernel(
     needed, for mLSTMexp as well as mLSTMsig. The first Dqk block of the query tile (all of it when
     Dqk == BK) is loaded once and reused for every key/value tile.
     """
-    pid_v, pid_q, bh, chunk, batch, head = chunk_program(NC, H, DV // BV, L // BLQ)
+    pid_v, pid_q, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_dk = tl.arange(0, BK)

@@ -122,10 +122,11 @@ class Tiling:
                                  f"{head_dim_qk}/{head_dim_v}")
 
 
-def _chunk_grid(tile_blocks_0: int, tile_blocks_1: int, chunk_programs: int) -> tuple[int]:
-    """The 1-D launch grid that `triton_fwd.chunk_program` decodes: tile_blocks_0 * tile_blocks_1 programs
-    for each of the chunk_programs = NC * B * H chunks."""
-    return (tile_blocks_0 * tile_blocks_1 * chunk_programs,)
+def _chunk_launch(tile_blocks_0: int, tile_blocks_1: int, chunk_programs: int) -> tuple[tuple[int], dict]:
+    """(grid, tile-count arguments) of a kernel whose 1-D grid `triton_fwd.chunk_program` decodes:
+    tile_blocks_0 * tile_blocks_1 programs for each of the chunk_programs = NC * B * H chunks."""
+    grid = (tile_blocks_0 * tile_blocks_1 * chunk_programs,)
+    return grid, {"tiles_0": tile_blocks_0, "tiles_1": tile_blocks_1}
 
 
 def _token_strides(x: torch.Tensor) -> tuple[int, int, int]:
@@ -207,11 +208,11 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
-    grid = _chunk_grid(DV // tiling.out_block_v, tiling.chunk // tiling.block_q, NC * B * H)
+    grid, tiles = _chunk_launch(DV // tiling.out_block_v, tiling.chunk // tiling.block_q, NC * B * H)
     triton_fwd.chunk_outputs_kernel[grid](
         q, k, v, log_f_cumsum, log_i, states, norms, maxes, h, denom, m_comb,
         *_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(h),
-        T, H, NC, 1.0 / math.sqrt(DQK), eps,
+        T, H, NC, 1.0 / math.sqrt(DQK), eps, **tiles,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
         BK=tiling.block_qk, BV=tiling.out_block_v, STABILIZE=stabilize, NORMALIZE=normalize,
         num_warps=tiling.out_num_warps, num_stages=tiling.num_stages,
@@ -243,8 +244,9 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     num_qk_blocks = DQK // tiling.block_qk
     dq = _empty_with_strides_of(q)
     q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
-    triton_bwd.chunk_dq_kernel[_chunk_grid(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)](
-        q, k, v, dh, *gates, states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale,
+    grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)
+    triton_bwd.chunk_dq_kernel[grid](
+        q, k, v, dh, *gates, states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale, **tiles,
         **dims, **blocks, **flags, **launch,
     )
     del states
@@ -263,22 +265,24 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     dv = _empty_with_strides_of(v)
     if tiling.uses_fused_dkdv(DQK, DV):
         k_dk = torch.empty(1, *bh_shape, device=q.device, dtype=torch.float32)
-        triton_bwd.chunk_dkdv_kernel[_chunk_grid(tiling.chunk // tiling.dkdv_block_kv, 1, NC * B * H)](
-            q, k, v, dh, *gates, dstates, dk, dv, k_dk, *strides_qkvh, T, H, NC, qk_scale,
+        grid, tiles = _chunk_launch(tiling.chunk // tiling.dkdv_block_kv, 1, NC * B * H)
+        triton_bwd.chunk_dkdv_kernel[grid](
+            q, k, v, dh, *gates, dstates, dk, dv, k_dk, *strides_qkvh, T, H, NC, qk_scale, **tiles,
             BLQ=tiling.block_q, BLKV=tiling.dkdv_block_kv, **dims, **flags,
             num_warps=tiling.dkdv_num_warps, num_stages=tiling.dkdv_num_stages,
         )
     else:
         k_dk = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
-        triton_bwd.chunk_dk_kernel[_chunk_grid(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)](
-            q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale,
+        grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)
+        triton_bwd.chunk_dk_kernel[grid](
+            q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale, **tiles,
             **dims, **blocks, **flags, **launch,
         )
-        dv_grid = _chunk_grid(DV // tiling.dv_block_v, tiling.chunk // tiling.block_kv, NC * B * H)
-        triton_bwd.chunk_dv_kernel[dv_grid](
+        grid, tiles = _chunk_launch(DV // tiling.dv_block_v, tiling.chunk // tiling.block_kv, NC * B * H)
+        triton_bwd.chunk_dv_kernel[grid](
             q, k, dh, *gates, dstates, dv,
             *_token_strides(q), *_token_strides(k), *_token_strides(dh), *_token_strides(dv),
-            T, H, NC, qk_scale, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags, **launch,
+            T, H, NC, qk_scale, **tiles, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags, **launch,
         )
     di, df = _gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd, dc_last, sig)
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
