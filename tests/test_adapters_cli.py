@@ -114,6 +114,23 @@ def test_isolated_checks_classify_a_killed_child_as_a_crash(monkeypatch):
     assert outcome.status == isolated_checks.CRASHED and outcome.detail.startswith("SIGABRT: python: SLP")
 
 
+def test_an_erroring_child_is_described_by_its_error_line_not_the_advice_after_it(monkeypatch):
+    cuda_error = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                  "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+                  "Search for `cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/ for more.\n"
+                  "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+                  "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+
+    def failing(command, capture_output, text, timeout):
+        return subprocess.CompletedProcess(command, 1, "", cuda_error)
+
+    monkeypatch.setattr(isolated_checks.subprocess, "run", failing)
+    outcome = isolated_checks.run_isolated("mlstm_kernels.mlstm_exp.limit_chunk", "bfloat16", "cuda", 1)
+    assert outcome.status == isolated_checks.ERROR
+    assert outcome.detail == "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    assert isolated_checks.is_known_failure(outcome)
+
+
 def test_only_the_listed_defect_of_a_listed_kernel_is_a_known_failure():
     outcome = isolated_checks.CheckOutcome
     crashing, racing = "mlstm_kernels.mlstm_exp.xl_chunk", "mlstm_kernels.mlstm_sig.xl_chunk"
@@ -125,6 +142,9 @@ def test_only_the_listed_defect_of_a_listed_kernel_is_a_known_failure():
     assert not isolated_checks.is_known_failure(outcome(racing, isolated_checks.FAILED, **wrong))
     assert not isolated_checks.is_known_failure(outcome(racing, isolated_checks.CRASHED))
     assert not isolated_checks.is_known_failure(outcome("torch.sdpa.flash", isolated_checks.CRASHED))
+    limit = "mlstm_kernels.mlstm_exp.limit_chunk"
+    assert not isolated_checks.is_known_failure(outcome(limit, isolated_checks.FAILED, **wrong))
+    assert not isolated_checks.is_known_failure(outcome(limit, isolated_checks.ERROR, detail="KeyError: 'q'"))
 
 
 def test_an_isolated_check_takes_the_configuration_it_is_given(monkeypatch):

@@ -13,6 +13,7 @@ causal mask); they are not registered, only known to this runner.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -44,10 +45,13 @@ class KnownFailure:
     note: str
 
 
-#: kernel -> its known defect (baselines.md §13; results/gpu-tests/session3/README.md)
+#: kernel -> its known defect (baselines.md §13; results/gpu-tests/session3/ and session4/ README.md)
 KNOWN_FAILURES = {
     "mlstm_kernels.mlstm_exp.xl_chunk": KnownFailure(
         CRASHED, "", "aborts the Triton 3.6 compiler on Hopper (LLVM SLPVectorizer)"),
+    "mlstm_kernels.mlstm_exp.limit_chunk": KnownFailure(
+        ERROR, "illegal memory access", "at Dqk 64, Dv 32, L 64 an illegal memory access (Triton 3.6, H200; "
+        "wrong output in session 2); correct at its Fig. 4 configuration (Dqk 128, Dv 256, L 64)"),
     "mlstm_kernels.mlstm_sig.xl_chunk": KnownFailure(
         FAILED, "not deterministic", "at Dv 32, L 64 two calls on the same inputs differ (Triton 3.6, H200); "
         "correct and deterministic at Dqk 128, Dv 256, L 128"),
@@ -98,6 +102,19 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+#: a line that states an exception: "torch.AcceleratorError: CUDA error: ...", "RuntimeError: ..."
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+
+
+def _error_line(stderr: str) -> str:
+    """The last line of a child's stderr that states an exception, else its last line: a CUDA error's
+    message ends with advice lines ("Search for `cudaErrorIllegalAddress' ...", "Compile with
+    `TORCH_USE_CUDA_DSA` ...") that do not say what went wrong."""
+    lines = [line.strip() for line in stderr.strip().splitlines()]
+    stated = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return stated[-1] if stated else _last_line(stderr)
+
+
 def run_isolated(name: str, dtype: str, device: str, timeout_s: float,
                  configuration: SweepPoint | None = None) -> CheckOutcome:
     """Run the check of ``name`` (at the heads, head dims and chunk size of ``configuration`` when given) in a
@@ -114,9 +131,9 @@ def run_isolated(name: str, dtype: str, device: str, timeout_s: float,
     if child.returncode < 0:
         signal_name = signal.Signals(-child.returncode).name
         return CheckOutcome(name, CRASHED, seconds=seconds,
-                            detail=f"{signal_name}: {_last_line(child.stderr) or 'no message'}")
+                            detail=f"{signal_name}: {_error_line(child.stderr) or 'no message'}")
     if child.returncode:
-        return CheckOutcome(name, ERROR, seconds=seconds, detail=_last_line(child.stderr) or "no message")
+        return CheckOutcome(name, ERROR, seconds=seconds, detail=_error_line(child.stderr) or "no message")
     try:
         result = json.loads(_last_line(child.stdout))
     except json.JSONDecodeError:
