@@ -3,23 +3,22 @@
 # $OUT/checks.tar.gz. Meant for one GPU of a two-GPU machine while scripts/gpu_reproduce.sh runs a preset on
 # the other (CUDA_VISIBLE_DEVICES picks the GPU).
 #
-#   1. pytest -m gpu tests/test_mlstm_triton_gpu.py   our kernels against float64, bf16 at real sizes
-#   2. scripts/diagnose_mlstm_kernels.py --repeat    whether mlstm_kernels' mLSTMexp kernels are, like its
-#                                                    mLSTMsig xl_chunk, not deterministic at the check size
-#   3. pytest -m gpu tests/test_adapters_gpu.py       every adapter's bf16 reference check, at its check size
-#                                                    and at its Fig. 4 configuration
-#   check-size, concurrent, memcheck, racecheck: why our kernels failed the harness's check at its small size
-#      (B2 T128 H2 Dqk64 Dv32 L64) in the adapter GPU test of session 4 while passing every kernel GPU test:
-#      the check three times per process, six isolated checks at once, compute-sanitizer's memcheck and
-#      racecheck on the check
-#   4. scripts/bench_tfla_vs_reference.py            tiling candidates at T = 8192 (bench) and 65,536
-#                                                    (bench-long); our kernels' correctness is step 1
+#   kernels     pytest -m gpu tests/test_mlstm_triton_gpu.py: our kernels against float64, bf16
+#   diagnose    scripts/diagnose_mlstm_kernels.py --repeat: mlstm_kernels' mLSTMexp kernels at the check size
+#   check-size, concurrent, memcheck, racecheck
+#               our kernels at the harness's check size (B2 T128 H2 Dqk64 Dv32 L64), where a Triton 3.6
+#               miscompile made them fail in session 4: the check three times per process, six isolated
+#               checks at once, compute-sanitizer's memcheck and racecheck on the check
+#   adapters    pytest -m gpu tests/test_adapters_gpu.py: every adapter's bf16 reference check, at its check
+#               size and at its Fig. 4 configuration (two rounds of up to 4 minutes: a command of its own)
+#   bench, bench-long
+#               scripts/bench_tfla_vs_reference.py: tiling candidates at T = 8192 and 65,536 (our kernels'
+#               correctness is the kernels step)
 #
 # Usage, on the GPU machine in the repository root, with wheels/ carried:
 #   TFLABENCH_GIT_COMMIT=<commit> OUT=<dir> bash scripts/gpu_checks.sh [STEPS]
-# STEPS: comma list of kernels,diagnose,check-size,concurrent,memcheck,racecheck,adapters,bench,bench-long (default: kernels,bench,bench-long, about
-# 6 minutes; adapters, two rounds of checks of up to 4 minutes each, needs a command of its own; diagnose 3). Each step has a time limit, and a step that
-# fails does not stop the next.
+# STEPS: a comma list of the step names above (default kernels,bench,bench-long, about 6 minutes). Each step
+# has a time limit, and a step that fails does not stop the next.
 set -uo pipefail
 
 out=${OUT:?OUT must name the folder whose files come back from the device}
@@ -40,7 +39,7 @@ step() {  # name seconds command...
     tail -n 3 "$work/$name.txt"
 }
 
-TFLABENCH_GPU_REPORT=$work/kernels_gpu.json step kernels 170 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
+TFLABENCH_GPU_REPORT=$work/kernels_gpu.json step kernels 230 python3 -m pytest -m gpu tests/test_mlstm_triton_gpu.py -q -p no:cacheprovider
 step diagnose 180 python3 scripts/diagnose_mlstm_kernels.py --repeat --processes 2 --timeout 40 \
     --kernels mlstm_kernels.mlstm_exp.xl_chunk,mlstm_kernels.mlstm_exp.limit_chunk
 step check-size 150 python3 scripts/diagnose_mlstm_kernels.py --repeat --timeout 40 \
