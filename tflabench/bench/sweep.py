@@ -477,22 +477,24 @@ def kernel_points(shape: Shape, dtypes: tuple[str, ...], modes: tuple[str, ...],
     return list(dict.fromkeys(points))
 
 
+def _quotient(total: int, total_name: str, part: int, part_name: str, kernel: KernelSpec) -> tuple[int]:
+    """(total // part,) for a shape given as a total (tokens, embedding dim) and the point's part of it."""
+    if total % part:
+        raise InputError(f"{total_name} {total} is not a multiple of {part_name} {part} "
+                         f"(kernel {kernel.name})")
+    return (total // part,)
+
+
 def _batches(shape: Shape, seq_len: int, kernel: KernelSpec) -> tuple[int, ...]:
     if shape.tokens is None:
         return shape.batch
-    if shape.tokens % seq_len:
-        raise InputError(f"tokens {shape.tokens} is not a multiple of seq_len {seq_len} "
-                         f"(kernel {kernel.name})")
-    return (shape.tokens // seq_len,)
+    return _quotient(shape.tokens, "tokens", seq_len, "seq_len", kernel)
 
 
 def _heads(shape: Shape, head_dim_v: int, kernel: KernelSpec) -> tuple[int, ...]:
     if shape.embedding_dim is None:
         return shape.heads
-    if shape.embedding_dim % head_dim_v:
-        raise InputError(f"embedding_dim {shape.embedding_dim} is not a multiple of head_dim_v {head_dim_v} "
-                         f"(kernel {kernel.name})")
-    return (shape.embedding_dim // head_dim_v,)
+    return _quotient(shape.embedding_dim, "embedding_dim", head_dim_v, "head_dim_v", kernel)
 
 
 def _head_dims_qk(shape: Shape, head_dim_v: int, kernel: KernelSpec) -> tuple[int, ...]:
