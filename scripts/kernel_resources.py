@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""Shared memory, registers and spills of our TFLA kernels for a shape and tiling, compiled for Hopper
+(sm_90) on a machine without a GPU.
+
+The launchers of `tflabench.kernels.mlstm.xl_chunk` run on CPU tensors with every Triton launch captured
+instead of executed; each captured launch is compiled ahead of time (`triton.compile` for target cuda:90,
+specialized as the JIT would: 16-byte-aligned pointers, integers divisible by 16 except those the kernel
+excludes) and its cubin read with the bundled cuobjdump. What a tiling costs on chip, before any device
+time is spent (the device library's METHOD.md: read the resource report first):
+
+    python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --variant sig
+    python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --set dv_block_v=256
+
+Shared memory per program must stay within the H100/H200's 227 KB; spills show as local memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import inspect
+import os
+import re
+import subprocess
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+HOPPER = GPUTarget("cuda", 90, 128)
+SHARED_LIMIT_KB = 227
+POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
+LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+@dataclasses.dataclass
+class Launch:
+    """One captured kernel launch: the kernel, its grid, bound arguments and launch options."""
+
+    kernel: JITFunction
+    grid: tuple
+    arguments: dict
+    options: dict
+
+
+@contextlib.contextmanager
+def captured_launches():
+    """Within the block, `kernel[grid](...)` records a `Launch` instead of running the kernel."""
+    launches: list[Launch] = []
+    original = JITFunction.run
+
+    def record(self, *args, grid, warmup, **kwargs):
+        options = {name: kwargs.pop(name) for name in LAUNCH_OPTIONS if name in kwargs}
+        bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        launches.append(Launch(self, grid, dict(bound.arguments), options))
+
+    JITFunction.run = record
+    try:
+        yield launches
+    finally:
+        JITFunction.run = original
+
+
+def _compile_arguments(launch: Launch) -> tuple[dict, dict, dict]:
+    """(signature, constexprs, attributes) as the JIT would specialize the launch."""
+    excluded = set(launch.kernel.do_not_specialize or ())
+    signature, constexprs, attributes = {}, {}, {}
+    for index, param in enumerate(launch.kernel.params):
+        value = launch.arguments[param.name]
+        if param.is_constexpr:
+            signature[param.name] = "constexpr"
+            constexprs[param.name] = value
+        elif isinstance(value, torch.Tensor):
+            signature[param.name] = POINTER_TYPES[value.dtype]
+            attributes[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool):
+            signature[param.name] = "i1"
+        elif isinstance(value, int):
+            signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            if value % 16 == 0 and param.name not in excluded and index not in excluded:
+                attributes[(index,)] = [["tt.divisibility", 16]]
+        else:
+            signature[param.name] = "fp32"
+    return signature, constexprs, attributes
+
+
+def resources(launch: Launch) -> dict:
+    """Shared memory (KB), registers per thread and spill/local bytes of the launch compiled for sm_90."""
+    signature, constexprs, attributes = _compile_arguments(launch)
+    compiled = triton.compile(ASTSource(launch.kernel, signature, constexprs, attributes), target=HOPPER,
+                              options=launch.options)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run([cuobjdump, "--dump-resource-usage", cubin.name], capture_output=True,
+                               text=True, check=True).stdout
+    fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+    return {"kernel": launch.kernel.fn.__name__, "grid": launch.grid, **launch.options,
+            "shared_kb": compiled.metadata.shared / 1024, "registers": int(fields.get("REG", 0)),
+            "local_bytes": int(fields.get("LOCAL", 0)), "stack_bytes": int(fields.get("STACK", 0))}
+
+
+def _launches(args: argparse.Namespace) -> list[Launch]:
+    """The launches of one forward and one backward pass at the requested shape and tiling."""
+    from tflabench.kernels.mlstm import xl_chunk
+
+    tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant, limit=args.limit)
+    changes = dict(change.split("=") for change in args.set)
+    tiling = dataclasses.replace(tiling, **{name: int(value) for name, value in changes.items()})
+    tiling.check(args.dqk, args.dv)
+    B, T, H = 2, 2 * args.chunk, 2  # the harness's check: batch 2, two chunks, 2 heads
+    q, k = (torch.randn(B, T, H, args.dqk, dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(B, T, H, args.dv, dtype=torch.bfloat16)
+    i, f = torch.randn(B, T, H), torch.randn(B, T, H)
+    sig, normalize = args.variant == "sig", args.variant == "exp"
+    with captured_launches() as launches:
+        forward = xl_chunk._forward(q, k, v, i, f, None, tiling, sig, normalize, 1e-6, torch.bfloat16)
+        xl_chunk._backward(q, k, v, i, f, torch.randn_like(v), None, forward, None, tiling, sig, normalize)
+    return launches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dqk", type=int, default=128)
+    parser.add_argument("--dv", type=int, default=256)
+    parser.add_argument("--chunk", type=int, default=128)
+    parser.add_argument("--variant", choices=("sig", "exp"), default="sig")
+    parser.add_argument("--limit", action="store_true", help="limit_chunk's tiling (one tile per chunk)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="change a Tiling field (repeatable), e.g. dv_block_v=256")
+    args = parser.parse_args()
+    print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}")
+    for launch in _launches(args):
+        row = resources(launch)
+        flag = "  over the 227 KB limit" if row["shared_kb"] > SHARED_LIMIT_KB else ""
+        print(f"{row['kernel']:<26}{row.get('num_warps', 4):>6}{row.get('num_stages', 3):>7}"
+              f"{row['shared_kb']:>10.1f}{row['registers']:>6}{row['local_bytes']:>8}{flag}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""scripts/kernel_resources.py compiles our kernels for Hopper without a GPU and reports their resources."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kernel_resources.py"
+KERNELS = ["gate_cumsum_kernel", "chunk_states_kernel", "chunk_outputs_kernel", "chunk_dq_kernel",
+           "chunk_state_grads_kernel", "chunk_dk_kernel", "chunk_dv_kernel"]
+
+
+def resource_rows(*arguments: str) -> dict[str, list[str]]:
+    """kernel -> its row's cells; the compiler runs for real, so the interpreter is switched off."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True, text=True,
+                            env=env, timeout=600, check=True)
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_every_kernel_of_a_forward_and_backward_pass_is_compiled_for_hopper_and_reported():
+    rows = resource_rows("--dqk", "32", "--dv", "32", "--chunk", "32")
+    assert list(rows) == KERNELS
+    warps, stages, shared_kb, registers, local_bytes = rows["chunk_outputs_kernel"]
+    assert (warps, stages) == ("4", "2") and 0 < float(shared_kb) < 227 and 0 < int(registers) <= 255
+
+
+def test_a_tiling_change_reaches_the_compiled_kernel():
+    default = resource_rows("--dqk", "32", "--dv", "64", "--chunk", "32")
+    wider = resource_rows("--dqk", "32", "--dv", "64", "--chunk", "32", "--set", "num_warps=8")
+    assert default["chunk_dq_kernel"][0] == "4" and wider["chunk_dq_kernel"][0] == "8"
