@@ -35,6 +35,7 @@ readme-plots:
 	$(PYTHON) -m tflabench report results/tfla-vs-reference/run
 	$(PYTHON) -m tflabench plot results/tfla-fig4 --kind runtime,roofline --format png --out results/readme-plots/tfla-fig4
 	$(PYTHON) -m tflabench plot results/tfla-fig5 --kind memory,model --format png --out results/readme-plots/tfla-fig5
+	$(PYTHON) -m tflabench plot results/tfla-headdim --kind headdim --format png --out results/readme-plots/tfla-headdim
 
 lint:
 	$(PYTHON) -m ruff check tflabench tests

@@ -47,7 +47,7 @@ def test_demo_sweep_measures_every_point_of_our_kernels(demo_run):
     _, run_dir = demo_run
     rows = read_rows(run_dir / "results.csv")
     device = "cuda" if torch.cuda.is_available() else "cpu-interpreter"
-    assert len(rows) == 2 * 2 * 2  # xl_chunk kernels (sig, exp) x chunk sizes x modes
+    assert len(rows) == 2 * 2 * 2 * 2  # xl_chunk kernels (sig, exp) x sequence lengths x chunk sizes x modes
     assert {row["device"] for row in rows} == {device}
     assert {row["kernel"] for row in rows} == {"tflabench.mlstm_sig.xl_chunk", "tflabench.mlstm_exp.xl_chunk"}
     assert all(row["status"] == "ok" and float(row["time_ms"]) > 0 for row in rows), rows

@@ -56,7 +56,8 @@ def _figure_text(fig) -> str:
 
 def _sweep_rows(run: run_data.Run, kernel: str, mode: str) -> pd.DataFrame:
     rows = run.measured[(run.measured["kernel"] == kernel) & (run.measured["mode"] == mode)]
-    return rows[rows["heads"] == 8].sort_values("chunk_size")
+    fig5 = (rows["heads"] == 8) & (rows["head_dim_qk"] == 256) & (rows["head_dim_v"] == 512)
+    return rows[fig5].sort_values("chunk_size")
 
 
 def test_cli_kind_names_match_the_plot_registry():
@@ -91,6 +92,34 @@ def test_runtime_plot_draws_each_configuration_and_lists_what_was_not_measured(r
     assert "fla.chunk_gla 16×128/256 [fwd, fwdbw] timeout" in note
     assert "flash_attn_interface.fa3 32×128 [fwd, fwdbw] unavailable" in note
     assert "lightning_attn.lightning_attn2 32×128 [fwd, fwdbw] failed_check" in note
+
+
+def test_headdim_plot_draws_each_kernel_over_its_head_dims(run):
+    fig = plots.plot_runtime_vs_headdim(run)
+    labels = _legend_labels(fig)
+    ours_label = "tflabench.mlstm_sig.xl_chunk  L=128  T=8k B=8"  # the run has several lengths: T, B named
+    assert {ours_label, "mlstm_kernels.mlstm_sig.xl_chunk  L=128  T=8k B=8"} <= set(labels)
+    forward = fig.subfigs[0].axes[0]
+    ours = next(line for line in forward.get_lines() if line.get_label() == ours_label)
+    expected = run.measured.query(
+        "kernel == 'tflabench.mlstm_sig.xl_chunk' and mode == 'fwd' and head_dim_qk == head_dim_v"
+    ).sort_values("head_dim_v")
+    np.testing.assert_array_equal(ours.get_xdata(), [256, 512, 1024])
+    np.testing.assert_allclose(ours.get_ydata(), expected["time_ms"])
+    assert "head dim d" in forward.get_xlabel()
+    assert "lightning_attn.lightning_attn2 32×128 [fwd, fwdbw] failed_check" in _figure_text(fig)
+
+
+def test_a_run_at_one_sequence_length_has_a_headdim_figure_and_no_runtime_figure(tmp_path):
+    run_dir = _copy_fixture(tmp_path, keep=lambda table: table["seq_len"] == "8192")
+    stale = run_dir / "plots" / "runtime_vs_seqlen.png"
+    stale.parent.mkdir()
+    stale.write_bytes(b"an earlier rendering")
+    rendered = plots.render(run_data.load_run(run_dir), plots.PLOT_KINDS, run_dir / "plots", ("png",))
+    assert "one sequence length" in rendered.skipped["runtime"] and "headdim" in rendered.files
+    assert not stale.exists()
+    labels = _legend_labels(plots.plot_runtime_vs_headdim(run_data.load_run(run_dir)))
+    assert "tflabench.mlstm_sig.xl_chunk  L=128" in labels  # one length: no T, B in the labels
 
 
 def test_memory_plot_labels_every_chunk_size_and_marks_both_optima(run):

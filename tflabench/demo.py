@@ -52,13 +52,14 @@ class DemoSweep:
 #: Tiny float32 sweep of our kernels for the Triton interpreter (about a minute on 2 CPU cores).
 CPU_SWEEP = DemoSweep("tflabench.*", "64,128", heads=2, head_dim_qk=16, head_dim_v=32, chunk_size="16,32",
                       dtype="float32", warmup=1, repeats=3)
-#: `--quick` on CPU (the demo's test): the xl_chunk kernels at one sequence length.
-CPU_QUICK_SWEEP = DemoSweep("tflabench.*.xl_chunk", "64", heads=2, head_dim_qk=16, head_dim_v=32,
+#: `--quick` on CPU (the demo's test): the xl_chunk kernels at two short sequence lengths (the runtime figure
+#: needs two).
+CPU_QUICK_SWEEP = DemoSweep("tflabench.*.xl_chunk", "32,64", heads=2, head_dim_qk=16, head_dim_v=32,
                             chunk_size="16,32", dtype="float32", warmup=1, repeats=2)
 #: A modest bf16 sweep of our kernels on a GPU (a few minutes, mostly Triton compilation).
 GPU_SWEEP = DemoSweep("tflabench.*", "1024,4096", heads=8, head_dim_qk=128, head_dim_v=256,
                       chunk_size="64,128,256", dtype="bfloat16", warmup=5, repeats=20, batch=2)
-GPU_QUICK_SWEEP = DemoSweep("tflabench.*.xl_chunk", "1024", heads=8, head_dim_qk=128, head_dim_v=256,
+GPU_QUICK_SWEEP = DemoSweep("tflabench.*.xl_chunk", "1024,2048", heads=8, head_dim_qk=128, head_dim_v=256,
                             chunk_size="64,128", dtype="bfloat16", warmup=3, repeats=10, batch=2)
 #: Plot kinds a CPU-interpreter run has data for: no peak memory (CUDA only) and no GPU ceilings, so
 #: neither the runtime-vs-memory figure nor the runtime model applies.

@@ -13,7 +13,7 @@ import typer
 from tflabench.errors import InputError
 
 #: Plot kinds in drawing order (the keys of `tflabench.analysis.plots.PLOT_KINDS`).
-PLOT_KIND_NAMES = ("runtime", "memory", "roofline", "optimal-chunk", "model")
+PLOT_KIND_NAMES = ("runtime", "headdim", "memory", "roofline", "optimal-chunk", "model")
 FORMAT_NAMES = ("png", "svg")
 
 RunArgument = Annotated[str, typer.Argument(help="Run directory results/<run> (or its results.csv).")]
@@ -22,9 +22,10 @@ KindOption = Annotated[
     typer.Option(
         "--kind",
         "-k",
-        help="Plot kind, repeatable or comma-separated: runtime (runtime vs sequence length, Fig. 4), memory "
-        "(runtime vs peak memory over chunk sizes, Fig. 5), roofline (Fig. 19), optimal-chunk (optimal chunk "
-        "size vs head dim, Figs. 21-22), model (runtime model vs measurement over chunk sizes), or all.",
+        help="Plot kind, repeatable or comma-separated: runtime (runtime vs sequence length, Fig. 4), "
+        "headdim (runtime vs head dim, Fig. 14), memory (runtime vs peak memory over chunk sizes, Fig. 5), "
+        "roofline (Fig. 19), optimal-chunk (optimal chunk size vs head dim, Figs. 21-22), model (runtime "
+        "model vs measurement over chunk sizes), or all.",
     ),
 ]
 OutOption = Annotated[

@@ -8,7 +8,10 @@ the module's one style (`STYLE`); `render` saves the figures of the requested ki
 Kinds (`PLOT_KINDS`):
 
 * ``runtime``: runtime vs sequence length per kernel, forward and forward+backward panels (TFLA Fig. 4);
-  rows that were not measured are listed under the plot with their status and reason.
+  rows that were not measured are listed under the plot with their status and reason (this and the
+  head-dim figure).
+* ``headdim``: runtime vs head dim per kernel and chunk size at one sequence length, forward and
+  forward+backward panels (TFLA Fig. 14).
 * ``memory``: runtime vs peak memory across chunk sizes (Fig. 5), each point labelled with its chunk
   size, the measured optimum and the theoretical one (Eq. 121 rounded to a runnable L) marked.
 * ``roofline``: achieved FLOP/s vs arithmetic intensity under the run GPU's datasheet and measured roofs,
@@ -225,40 +228,94 @@ def _series_markers(labels: Iterable[tuple[str, str]]) -> dict[str, str]:
     return markers
 
 
+def headdim_series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Lines of the head-dim figure: one per kernel, chunk size, sequence length, batch, d_qk/d_v ratio and
+    model width (heads × d_v) that was measured at two or more value head dims, sorted by head dim."""
+    keyed = rows.assign(_chunk=rows["chunk_size"].fillna(0), _ratio=rows["head_dim_qk"] / rows["head_dim_v"],
+                        _width=rows["heads"] * rows["head_dim_v"])
+    several_lengths, several_widths = keyed["seq_len"].nunique() > 1, keyed["_width"].nunique() > 1
+    series = []
+    for (kernel, chunk, seq_len, batch, ratio, width), group in keyed.groupby(
+        ["kernel", "_chunk", "seq_len", "batch", "_ratio", "_width"], sort=True
+    ):
+        if group["head_dim_v"].nunique() < 2:
+            continue
+        label = kernel + (f"  L={int(chunk)}" if chunk else "")
+        label += f"  T={count_label(seq_len)} B={int(batch)}" if several_lengths else ""
+        label += f"  d_qk={ratio:g}·d_v" if ratio != 1 else ""
+        label += f"  heads×d_v={int(width)}" if several_widths else ""
+        series.append((label, group.sort_values("head_dim_v")))
+    return series
+
+
+def _draw_runtime_panels(run: Run, series_of: Callable[[pd.DataFrame], list], x: str, xlabel: str,
+                         legend_title: str = LEGEND_TITLE) -> Figure:
+    """One panel per mode: median runtime (ms, log) against column ``x`` (log2) for each series that
+    ``series_of`` draws from the mode's measured rows, the interquartile range shaded; the rows that
+    were not measured listed under the plot."""
+    measured = run.measured
+    modes = modes_of(run.table)
+    colors = kernel_colors(run.table)
+    fig, panels, axes = _figure(len(modes))
+    for ax, mode in zip(axes[0], modes, strict=True):
+        series = series_of(measured[measured["mode"] == mode])
+        markers = _series_markers((rows["kernel"].iloc[0], label) for label, rows in series)
+        for label, rows in series:
+            color = colors[rows["kernel"].iloc[0]]
+            ax.plot(rows[x], rows["time_ms"], marker=markers[label], color=color, label=label)
+            ax.fill_between(rows[x], rows["time_ms_q25"], rows["time_ms_q75"], color=color, alpha=0.15, lw=0)
+        if not series:
+            _empty_panel(ax, f"no kernel measured in mode {mode}")
+        ax.set_title(MODE_TITLES[mode])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("runtime (ms, median)")
+        _log2_axis(ax, "x", measured[x].dropna())
+        _log10_axis(ax, "y")
+    _shared_legend(panels, axes[0], legend_title)
+    _note_below(
+        fig, "Not measured (status: reason):", [entry.describe(110) for entry in not_measured(run.table)]
+    )
+    return fig
+
+
+def _measured_or_no_data(run: Run) -> pd.DataFrame:
+    if run.measured.empty:
+        raise NoDataError("no row of this run was measured (status ok): nothing to plot")
+    return run.measured
+
+
 @_styled
 def plot_runtime_vs_seqlen(run: Run) -> Figure:
     """Median runtime (ms, log) vs sequence length (log2) per kernel configuration; one panel per mode.
 
     The shaded band is the interquartile range. Rows that were not measured (crash, timeout, unavailable,
-    failed check, ...) are listed under the plot with their reason.
+    failed check, ...) are listed under the plot with their reason. A run whose every configuration has
+    one sequence length (a chunk-size or head-dim sweep) has no such figure.
     """
-    measured = run.measured
-    if measured.empty:
-        raise NoDataError("no row of this run was measured (status ok): nothing to plot")
-    modes = modes_of(run.table)
-    colors = kernel_colors(run.table)
-    fig, panels, axes = _figure(len(modes))
-    for ax, mode in zip(axes[0], modes, strict=True):
-        series = seqlen_series(measured[measured["mode"] == mode])
-        markers = _series_markers((rows["kernel"].iloc[0], label) for label, rows in series)
-        for label, rows in series:
-            color = colors[rows["kernel"].iloc[0]]
-            ax.plot(rows["seq_len"], rows["time_ms"], marker=markers[label], color=color, label=label)
-            ax.fill_between(
-                rows["seq_len"], rows["time_ms_q25"], rows["time_ms_q75"], color=color, alpha=0.15, lw=0
-            )
-        if not series:
-            _empty_panel(ax, f"no kernel measured in mode {mode}")
-        ax.set_title(MODE_TITLES[mode])
-        ax.set_xlabel("sequence length T (tokens)")
-        ax.set_ylabel("runtime (ms, median)")
-        _log2_axis(ax, "x", run.table["seq_len"].dropna())
-        _log10_axis(ax, "y")
-    _shared_legend(panels, axes[0], LEGEND_TITLE)
+    measured = _measured_or_no_data(run)
+    by_mode = [measured[measured["mode"] == mode] for mode in modes_of(measured)]
+    if not any(len(rows) > 1 for mode_rows in by_mode for _, rows in seqlen_series(mode_rows)):
+        raise NoDataError("every kernel configuration was measured at one sequence length (the head-dim "
+                          "and memory figures show such runs)")
+    fig = _draw_runtime_panels(run, seqlen_series, "seq_len", "sequence length T (tokens)")
     fig.suptitle(f"Runtime vs sequence length — {run_caption(run)}")
-    _note_below(
-        fig, "Not measured (status: reason):", [entry.describe(110) for entry in not_measured(run.table)]
-    )
+    return fig
+
+
+@_styled
+def plot_runtime_vs_headdim(run: Run) -> Figure:
+    """Median runtime (ms, log) vs value head dim (log2) per kernel and chunk size at one sequence length
+    (TFLA Fig. 14: d_qk = d_v = d, heads = d_model / d); one panel per mode, as the runtime figure."""
+    measured = _measured_or_no_data(run)
+    if not any(headdim_series(measured[measured["mode"] == mode]) for mode in modes_of(measured)):
+        raise NoDataError("no kernel was measured at two or more head dims with the same chunk size, "
+                          "sequence length and batch")
+    equal = bool((measured["head_dim_qk"] == measured["head_dim_v"]).all())
+    xlabel = "head dim d (d_qk = d_v)" if equal else "value head dim d_v"
+    fig = _draw_runtime_panels(run, headdim_series, "head_dim_v", xlabel, legend_title="kernel   chunk L")
+    model_dims = (measured["heads"] * measured["head_dim_v"]).unique()
+    heads_note = f" · heads × d_v = {int(model_dims[0])}" if len(model_dims) == 1 else ""
+    fig.suptitle(f"Runtime vs head dim — {run_caption(run)}{heads_note}")
     return fig
 
 
@@ -595,6 +652,9 @@ PLOT_KINDS = {
             "runtime", "runtime_vs_seqlen", "Runtime vs sequence length (TFLA Fig. 4)", plot_runtime_vs_seqlen
         ),
         PlotKind(
+            "headdim", "runtime_vs_headdim", "Runtime vs head dim (TFLA Fig. 14)", plot_runtime_vs_headdim
+        ),
+        PlotKind(
             "memory",
             "runtime_vs_memory",
             "Runtime vs peak memory across chunk sizes (TFLA Fig. 5)",
@@ -641,7 +701,8 @@ def save_figure(fig: Figure, out_dir: Path, stem: str, formats: Iterable[str]) -
 def render(
     run: Run, kinds: Iterable[str], out_dir: Path, formats: Iterable[str] = PLOT_FORMATS, strict: bool = False
 ) -> Rendered:
-    """Draw and save each plot kind; a kind without data is skipped with its reason (raised if strict)."""
+    """Draw and save each plot kind; a kind without data is skipped with its reason (raised if strict),
+    and its files of an earlier rendering in ``out_dir`` are removed (they would show other data)."""
     rendered = Rendered()
     formats = tuple(formats)
     for name in kinds:
@@ -652,6 +713,8 @@ def render(
             if strict:
                 raise NoDataError(f"plot {name}: {exc}") from None
             rendered.skipped[name] = str(exc)
+            for fmt in PLOT_FORMATS:
+                (Path(out_dir) / f"{kind.stem}.{fmt}").unlink(missing_ok=True)
             continue
         rendered.files[name] = save_figure(fig, Path(out_dir), kind.stem, formats)
     return rendered
