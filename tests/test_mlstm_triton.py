@@ -25,6 +25,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from mlstm_shapes import Shape
 from torch import Tensor
 
 from tflabench.kernels import mlstm
@@ -60,13 +61,8 @@ GATES = {
 EXTREME_GATES = [name for name in GATES if name != "moderate"]
 
 
-@dataclass(frozen=True)
-class Shape:
-    batch: int = 1
-    seq_len: int = 64
-    heads: int = 2
-    head_dim_qk: int = 16
-    head_dim_v: int = 32
+#: the CPU suite's shape; tests change single fields with `replace`
+SMALL = Shape(batch=1, seq_len=64, heads=2, head_dim_qk=16, head_dim_v=32)
 
 
 @dataclass(frozen=True)
@@ -90,7 +86,7 @@ class Result:
     grads: dict[str, Tensor]
 
 
-def make_problem(seed: int, shape: Shape = Shape(), gates: str = "moderate", initial_state: bool = False):
+def make_problem(seed: int, shape: Shape = SMALL, gates: str = "moderate", initial_state: bool = False):
     """A `Problem` drawn from a generator seeded with ``seed``; gates as in GATES[gates]."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -217,7 +213,7 @@ def test_matches_reference_for_extreme_gates(variant, normalize, algorithm, gate
 @pytest.mark.parametrize("gates", ["moderate", "input-gate-near-minus-10"])
 def test_matches_reference_from_an_initial_state(variant, normalize, algorithm, gates):
     """Random (C_0, n_0, m_0), B = 2; with the input gate near -10 the initial state dominates h."""
-    problem = make_problem(seed=2, shape=Shape(batch=2), gates=gates, initial_state=True)
+    problem = make_problem(seed=2, shape=replace(SMALL, batch=2), gates=gates, initial_state=True)
     cell = dict(variant=variant, normalize=normalize)
     kernel = run_kernel(problem, **cell, algorithm=algorithm, chunk_size=32)
     assert_close(kernel, run_reference(problem, **cell))
@@ -237,7 +233,7 @@ def test_gradients_of_h_alone_and_of_the_final_state_alone(variant, normalize, l
 @pytest.mark.parametrize("head_dim_qk, head_dim_v", [(32, 16), (48, 32)])
 def test_matches_reference_for_other_head_dims(variant, normalize, head_dim_qk, head_dim_v):
     """Dqk > Dv, and a head dim that is not a power of two (48: 16-wide blocks, split dK/dV kernels)."""
-    problem = make_problem(seed=4, shape=Shape(head_dim_qk=head_dim_qk, head_dim_v=head_dim_v))
+    problem = make_problem(seed=4, shape=replace(SMALL, head_dim_qk=head_dim_qk, head_dim_v=head_dim_v))
     cell = dict(variant=variant, normalize=normalize)
     kernel = run_kernel(problem, **cell, algorithm="xl_chunk", chunk_size=32)
     assert_close(kernel, run_reference(problem, **cell))
@@ -317,7 +313,7 @@ def test_matches_reference_with_a_non_default_tiling(variant, normalize, tiling)
     """block_q != block_kv (and the forward's out_block_kv), the blocks smaller than the chunk or head dim
     they tile (Dqk 32, Dv 64), the forward's value block split (v32) or the whole value head dim (v64), and
     the dV kernel's value block over the whole value head dim (dv64) next to split dQ / dK blocks."""
-    problem = make_problem(seed=6, shape=Shape(head_dim_qk=32, head_dim_v=64), initial_state=True)
+    problem = make_problem(seed=6, shape=replace(SMALL, head_dim_qk=32, head_dim_v=64), initial_state=True)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=tiling.chunk, tiling=tiling), problem, F32)
     assert_close(kernel, run_reference(problem, **cell))
@@ -362,7 +358,7 @@ def in_two_halves(mlstm_function):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_two_halves_with_the_carried_state_equal_one_full_run(variant, normalize, algorithm):
     """T = 128 as 2 x 64 with L = 32; the gradient reaches the first half through the carried C."""
-    problem = make_problem(seed=8, shape=Shape(seq_len=128), initial_state=True)
+    problem = make_problem(seed=8, shape=replace(SMALL, seq_len=128), initial_state=True)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     halves = in_two_halves(partial(mlstm, **cell, algorithm=algorithm, chunk_size=32))
     assert_close(run(halves, problem, F32), run_reference(problem, **cell))
@@ -399,7 +395,7 @@ def slice_of_longer_sequence(x: Tensor) -> Tensor:
     ],
 )
 def test_non_contiguous_inputs(layout):
-    problem = make_problem(seed=9, shape=Shape(batch=2))
+    problem = make_problem(seed=9, shape=replace(SMALL, batch=2))
     assert not layout(problem.inputs["q"]).is_contiguous()
     cell = dict(variant="exp", normalize=None)
     kernel = run_kernel(problem, **cell, algorithm="xl_chunk", chunk_size=32, layout=layout)
@@ -451,7 +447,8 @@ def test_limit_chunk_at_128_loops_over_64_wide_head_dim_blocks():
     """limit_chunk at L = 128 takes head-dim blocks of 64 (shared memory); Dqk 128 / Dv 192 need 2 / 3."""
     tiling = Tiling.default(128, 128, 192, limit=True)
     assert (tiling.block_q, tiling.block_qk, tiling.block_v) == (128, 64, 64)
-    problem = make_problem(seed=41, shape=Shape(seq_len=256, heads=1, head_dim_qk=128, head_dim_v=192))
+    shape = Shape(batch=1, seq_len=256, heads=1, head_dim_qk=128, head_dim_v=192)
+    problem = make_problem(seed=41, shape=shape)
     cell = dict(variant="exp", normalize=None)
     kernel = run_kernel(problem, **cell, algorithm="limit_chunk", chunk_size=128)
     assert_close(kernel, run_reference(problem, **cell))
@@ -492,7 +489,7 @@ def test_chunk_programs_cover_every_tile_once_in_the_order_of_a_3d_grid():
     ],
 )
 def test_rejects_chunk_sizes_the_kernels_cannot_run(algorithm, seq_len, chunk_size, message):
-    inputs = make_problem(seed=11, shape=Shape(seq_len=seq_len)).inputs
+    inputs = make_problem(seed=11, shape=replace(SMALL, seq_len=seq_len)).inputs
     with pytest.raises(ValueError, match=message):
         mlstm(**inputs, variant="sig", algorithm=algorithm, chunk_size=chunk_size)
 
