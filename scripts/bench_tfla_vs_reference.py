@@ -76,6 +76,9 @@ TILINGS = {
     # the backward's dV kernel over all of Dv = 256: K Q^T computed once per key tile, not twice
     "dv-v256": dict(dv_block_v=256),
     "out-dv-v256-w8": dict(out_block_v=256, out_num_warps=8, dv_block_v=256, num_warps=8),
+    # three output programs per SM instead of two (scripts/kernel_resources.py: 64 KB shared, 168 registers
+    # against 112 KB / 210); num_stages applies to the backward's parallel kernels too
+    "out-kv32-s1": dict(out_block_kv=32, num_stages=1),
     # long sequences, small batch: more state-kernel programs for the sequential recurrence over chunks
     "state-v64": dict(state_block_v=64),
     "state-32x64": dict(state_block_qk=32, state_block_v=64),

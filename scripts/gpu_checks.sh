@@ -53,7 +53,7 @@ done
 TFLABENCH_GPU_CHECK_DEADLINE_S=240 step adapters 560 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
 step bench 150 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
-    --variants sig,exp --tilings default,dv-v256 --reference-variants sig \
+    --variants sig,exp --tilings default,dv-v256,out-kv32-s1 --reference-variants sig \
     --reference-chunks 128 --skip-check
 step bench-long 90 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
     --chunks 128 --variants sig --tilings default,state-v64,state-32x64,state-s2 --reference-chunks 128 \
