@@ -6,6 +6,8 @@ must be set before any module defining @triton.jit functions is imported.
 
 import os
 
+import pytest
+
 try:
     import torch
 
@@ -15,9 +17,6 @@ except ImportError:  # pragma: no cover
 
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-import pytest
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -1,16 +1,14 @@
 """Sweep TOML files: the documented format, presets, and malformed files (one-line error, exit code 2)."""
 
-import contextlib
-import io
 import textwrap
 
 import pytest
+from cli_capture import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tflabench.bench import sweep as sweep_module
 from tflabench.bench.sweep import PRESETS, SweepSpec, load_preset, load_sweep_file
-from tflabench.cli import main
 from tflabench.errors import InputError
 
 #: Values that are wrong for each key of [sweep] / [measure], as TOML literals.
@@ -53,13 +51,6 @@ def _one_line_input_error(path) -> str:
     message = str(raised.value)
     assert message and "\n" not in message
     return message
-
-
-def _run_cli(argv: list[str]) -> tuple[int, str]:
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exited:
-        main(argv)
-    return exited.value.code, stderr.getvalue()
 
 
 def test_the_documented_format_is_the_real_format(tmp_path):
@@ -112,15 +103,15 @@ def test_arbitrary_bytes_parse_or_fail_cleanly(tmp_path, data):
 def test_cli_exits_2_with_one_error_line_for_malformed_files(tmp_path, document):
     path = tmp_path / "bad.toml"
     path.write_text(document)
-    code, stderr = _run_cli(["sweep", "--config", str(path), "--dry-run"])
+    code, _, stderr = run_cli(["sweep", "--config", str(path), "--dry-run"])
     assert code == 2
     assert stderr.startswith("error: ") and stderr.count("\n") == 1
 
 
 def test_cli_reports_a_missing_file_and_bad_flags_in_one_line(tmp_path):
-    code, stderr = _run_cli(["sweep", "--config", str(tmp_path / "missing.toml"), "--dry-run"])
+    code, _, stderr = run_cli(["sweep", "--config", str(tmp_path / "missing.toml"), "--dry-run"])
     assert code == 2 and "cannot read sweep file" in stderr and stderr.count("\n") == 1
-    code, stderr = _run_cli(["sweep", "--seq-len", "8..4", "--dry-run"])
+    code, _, stderr = run_cli(["sweep", "--seq-len", "8..4", "--dry-run"])
     assert code == 2 and stderr == "error: --seq-len: empty range 8..4\n"
-    code, stderr = _run_cli(["sweep", "--preset", "fig4", "--dry-run"])
+    code, _, stderr = run_cli(["sweep", "--preset", "fig4", "--dry-run"])
     assert code == 2 and "unknown preset 'fig4'" in stderr

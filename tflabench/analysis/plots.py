@@ -248,17 +248,22 @@ def headdim_series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return series
 
 
-def _draw_runtime_panels(run: Run, series_of: Callable[[pd.DataFrame], list], x: str, xlabel: str,
-                         legend_title: str = LEGEND_TITLE) -> Figure:
-    """One panel per mode: median runtime (ms, log) against column ``x`` (log2) for each series that
-    ``series_of`` draws from the mode's measured rows, the interquartile range shaded; the rows that
-    were not measured listed under the plot."""
+def _series_by_mode(run: Run, series_of: Callable[[pd.DataFrame], list]) -> dict[str, list]:
+    """``series_of`` of each mode's measured rows, for every mode of the run."""
     measured = run.measured
-    modes = modes_of(run.table)
+    if measured.empty:
+        raise NoDataError("no row of this run was measured (status ok): nothing to plot")
+    return {mode: series_of(measured[measured["mode"] == mode]) for mode in modes_of(run.table)}
+
+
+def _draw_runtime_panels(run: Run, series_by_mode: dict[str, list], x: str, xlabel: str,
+                         legend_title: str = LEGEND_TITLE) -> Figure:
+    """One panel per mode: median runtime (ms, log) against column ``x`` (log2) for each of the mode's
+    series (label, rows), the interquartile range shaded; the rows that were not measured listed under
+    the plot."""
     colors = kernel_colors(run.table)
-    fig, panels, axes = _figure(len(modes))
-    for ax, mode in zip(axes[0], modes, strict=True):
-        series = series_of(measured[measured["mode"] == mode])
+    fig, panels, axes = _figure(len(series_by_mode))
+    for ax, (mode, series) in zip(axes[0], series_by_mode.items(), strict=True):
         markers = _series_markers((rows["kernel"].iloc[0], label) for label, rows in series)
         for label, rows in series:
             color = colors[rows["kernel"].iloc[0]]
@@ -269,19 +274,13 @@ def _draw_runtime_panels(run: Run, series_of: Callable[[pd.DataFrame], list], x:
         ax.set_title(MODE_TITLES[mode])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("runtime (ms, median)")
-        _log2_axis(ax, "x", measured[x].dropna())
+        _log2_axis(ax, "x", run.table[x].dropna())
         _log10_axis(ax, "y")
     _shared_legend(panels, axes[0], legend_title)
     _note_below(
         fig, "Not measured (status: reason):", [entry.describe(110) for entry in not_measured(run.table)]
     )
     return fig
-
-
-def _measured_or_no_data(run: Run) -> pd.DataFrame:
-    if run.measured.empty:
-        raise NoDataError("no row of this run was measured (status ok): nothing to plot")
-    return run.measured
 
 
 @_styled
@@ -292,12 +291,11 @@ def plot_runtime_vs_seqlen(run: Run) -> Figure:
     failed check, ...) are listed under the plot with their reason. A run whose every configuration has
     one sequence length (a chunk-size or head-dim sweep) has no such figure.
     """
-    measured = _measured_or_no_data(run)
-    by_mode = [measured[measured["mode"] == mode] for mode in modes_of(measured)]
-    if not any(len(rows) > 1 for mode_rows in by_mode for _, rows in seqlen_series(mode_rows)):
+    series_by_mode = _series_by_mode(run, seqlen_series)
+    if not any(len(rows) > 1 for series in series_by_mode.values() for _, rows in series):
         raise NoDataError("every kernel configuration was measured at one sequence length (the head-dim "
                           "and memory figures show such runs)")
-    fig = _draw_runtime_panels(run, seqlen_series, "seq_len", "sequence length T (tokens)")
+    fig = _draw_runtime_panels(run, series_by_mode, "seq_len", "sequence length T (tokens)")
     fig.suptitle(f"Runtime vs sequence length — {run_caption(run)}")
     return fig
 
@@ -306,13 +304,14 @@ def plot_runtime_vs_seqlen(run: Run) -> Figure:
 def plot_runtime_vs_headdim(run: Run) -> Figure:
     """Median runtime (ms, log) vs value head dim (log2) per kernel and chunk size at one sequence length
     (TFLA Fig. 14: d_qk = d_v = d, heads = d_model / d); one panel per mode, as the runtime figure."""
-    measured = _measured_or_no_data(run)
-    if not any(headdim_series(measured[measured["mode"] == mode]) for mode in modes_of(measured)):
+    series_by_mode = _series_by_mode(run, headdim_series)
+    if not any(series_by_mode.values()):
         raise NoDataError("no kernel was measured at two or more head dims with the same chunk size, "
                           "sequence length and batch")
+    measured = run.measured
     equal = bool((measured["head_dim_qk"] == measured["head_dim_v"]).all())
     xlabel = "head dim d (d_qk = d_v)" if equal else "value head dim d_v"
-    fig = _draw_runtime_panels(run, headdim_series, "head_dim_v", xlabel, legend_title="kernel   chunk L")
+    fig = _draw_runtime_panels(run, series_by_mode, "head_dim_v", xlabel, legend_title="kernel   chunk L")
     model_dims = (measured["heads"] * measured["head_dim_v"]).unique()
     heads_note = f" · heads × d_v = {int(model_dims[0])}" if len(model_dims) == 1 else ""
     fig.suptitle(f"Runtime vs head dim — {run_caption(run)}{heads_note}")
