@@ -73,12 +73,21 @@ TILINGS = {
     # one output program per (q tile, chunk) over all of Dv = 256: the scores Q K^T computed once, not twice
     "out-v256": dict(out_block_v=256),
     "out-v256-w8": dict(out_block_v=256, out_num_warps=8),
-    # the backward's dV kernel over all of Dv = 256: K Q^T computed once per key tile, not twice
+    # the backward's dV kernel over all of Dv = 256: K Q^T computed once per key tile, not twice (the
+    # default since session 5); dv-v128 is the default before it
     "dv-v256": dict(dv_block_v=256),
+    "dv-v128": dict(dv_block_v=128),
     "out-dv-v256-w8": dict(out_block_v=256, out_num_warps=8, dv_block_v=256, num_warps=8),
     # three output programs per SM instead of two (scripts/kernel_resources.py: 64 KB shared, 168 registers
     # against 112 KB / 210); num_stages applies to the backward's parallel kernels too
     "out-kv32-s1": dict(out_block_kv=32, num_stages=1),
+    # the output kernel's warps and tiles (scripts/kernel_resources.py at 128/256, L 128: default 4 warps
+    # 112.5 KB / 210 registers; w8 112.5 KB / 156; v64 80.5 KB / 156; v64-w8 80.5 KB / 128; q128-kv64-w8
+    # 128.5 KB / 193, its block_q applies to the backward's parallel kernels too)
+    "out-w8": dict(out_num_warps=8),
+    "out-v64": dict(out_block_v=64),
+    "out-v64-w8": dict(out_block_v=64, out_num_warps=8),
+    "out-q128-kv64-w8": dict(block_q=128, out_block_kv=64, out_num_warps=8),
     # long sequences, small batch: more state-kernel programs for the sequential recurrence over chunks
     "state-v64": dict(state_block_v=64),
     "state-32x64": dict(state_block_qk=32, state_block_v=64),
