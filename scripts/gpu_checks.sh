@@ -15,7 +15,7 @@
 #               scripts/bench_tfla_vs_reference.py: tiling candidates at T = 8192 and 65,536 (our kernels'
 #               correctness is the kernels step)
 #   profile     Nsight Compute on our forward's state and output kernels at T = 8192 (sig and exp, default
-#               tiling; sig with the output kernel at 8 warps): speed of light, memory, occupancy, stalls
+#               tiling; sig with one query tile per output program): speed of light, memory, occupancy, stalls
 #
 # Usage, on the GPU machine in the repository root, with wheels/ carried:
 #   TFLABENCH_GIT_COMMIT=<commit> OUT=<dir> bash scripts/gpu_checks.sh [STEPS]
@@ -55,13 +55,13 @@ done
 TFLABENCH_GPU_CHECK_DEADLINE_S=240 step adapters 560 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
 step bench 240 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
-    --variants sig,exp --tilings default,dv-v128,out-w8,out-v64,out-v64-w8,out-q128-kv64-w8 \
+    --variants sig,exp --tilings default,out-q1 \
     --reference-variants sig --reference-chunks 128 --skip-check
 step bench-long 90 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
     --chunks 128 --variants sig --tilings default,state-v64,state-32x64,state-s2 --reference-chunks 128 \
     --skip-check
 ncu_forwards() {  # the second forward call's state and output kernels (the first call compiles)
-    for profile in sig:default exp:default sig:out-w8; do
+    for profile in sig:default exp:default sig:out-q1; do
         ncu --clock-control none --kernel-name regex:chunk_ --launch-skip 2 --launch-count 2 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
             --section WarpStateStats --section SchedulerStats \

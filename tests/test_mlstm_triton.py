@@ -299,10 +299,11 @@ TILINGS = [
             block_v=32,
             out_block_kv=32,
             out_block_v=64,
+            out_q_tiles=2,
             fused_dkdv=True,
             dkdv_block_kv=32,
         ),
-        id="L64-q32-kv16-out32-v64-fused-dkdv",
+        id="L64-q32-kv16-out32-v64-2qtiles-fused-dkdv",
     ),
 ]
 
@@ -311,8 +312,9 @@ TILINGS = [
 @pytest.mark.parametrize("tiling", TILINGS)
 def test_matches_reference_with_a_non_default_tiling(variant, normalize, tiling):
     """block_q != block_kv (and the forward's out_block_kv), the blocks smaller than the chunk or head dim
-    they tile (Dqk 32, Dv 64), the forward's value block split (v32) or the whole value head dim (v64), and
-    the dV kernel's value block over the whole value head dim (dv64) next to split dQ / dK blocks."""
+    they tile (Dqk 32, Dv 64), the forward's value block split (v32) or the whole value head dim (v64), both
+    query tiles of a chunk in one output program (2qtiles), and the dV kernel's value block over the whole
+    value head dim (dv64) next to split dQ / dK blocks."""
     problem = make_problem(seed=6, shape=replace(SMALL, head_dim_qk=32, head_dim_v=64), initial_state=True)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=tiling.chunk, tiling=tiling), problem, F32)
@@ -505,6 +507,8 @@ VALID_TILING = Tiling.default(32, head_dim_qk=16, head_dim_v=32)
         (dict(block_q=64), "must divide the chunk"),
         (dict(block_qk=32), "head-dim blocks 32/32 must divide the head dims 16/32"),
         (dict(out_block_v=64), "head-dim blocks 16/64 must divide the head dims 16/32"),
+        (dict(out_q_tiles=2), r"out_q_tiles \(2\) query tiles of 32 must divide the chunk \(32\)"),
+        (dict(out_q_tiles=0), r"out_q_tiles \(0\)"),
     ],
 )
 def test_rejects_invalid_tilings(change, message):

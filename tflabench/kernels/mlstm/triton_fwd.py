@@ -8,8 +8,9 @@ Three launches per forward pass (mlstm-tfla.md §4.6, §6):
    the stabilized states C_k [B*H, NC, Dqk, Dv] (and n_k, m_k). Grid (Dqk/BK, Dv/BV, B*H); each program
    walks the sequence in sub-chunks of BL tokens and stores one state per chunk of L tokens.
 3. `chunk_outputs_kernel` (level 2): every chunk in parallel, and inside a chunk every (query tile, value
-   tile) pair in parallel. Grid (Dv/BV, L/BLQ) per chunk (1-D, `chunk_program`). It starts from the
-   inter-chunk part Qbar C_{k-1}, then loops over the key/value tiles up to the diagonal (tiles of BLKV)
+   tile) pair in parallel. Grid (Dv/BV, L/(BLQ*Q_TILES)) per chunk (1-D, `chunk_program`); a program
+   takes Q_TILES query tiles one after the other. Each starts from the inter-chunk part Qbar C_{k-1},
+   then loops over the key/value tiles up to the diagonal (tiles of BLKV)
    and over Dqk (tiles of BK), with FlashAttention-style rescaling for mLSTMexp (Algorithm 1, corrected
    as in §6.6, with the two Dqk loops fused: see the kernel's docstring).
 
@@ -169,18 +170,47 @@ def chunk_outputs_kernel(
     T, H, NC, qk_scale, eps, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    Q_TILES: tl.constexpr, STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+):
+    """Grid `chunk_program` over (DV/BV, L/(BLQ*Q_TILES)). Writes h [B, T, H, DV] and, when NORMALIZE, the
+    per-token denominator and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses.
+
+    Each program computes Q_TILES query tiles of BLQ rows one after the other, for one value block; the
+    first Dqk block of its state tile C_{k-1} is loaded once for all of them (at Q_TILES = 1 every query
+    tile of a chunk reads the state tile again, through L2). For each query tile the inter-chunk part
+    Qbar C_{k-1} seeds the accumulators, for mLSTMexp with the running max seeded by its stabilizer
+    b + m_{k-1}; the key/value tiles then update them FlashAttention-style. The final running max is m_comb
+    of Eq. 99, so no separate combination step (and no second pass over Q) is needed, for mLSTMexp as well
+    as mLSTMsig. The first Dqk block of the query tile (all of it when Dqk == BK) is loaded once and reused
+    for every key/value tile.
+    """
+    pid_v, pid_q_group, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
+    offs_dk = tl.arange(0, BK)
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    c_base = c_ptr + (bh * NC + chunk) * DQK * DV
+    c_first = tl.load(c_base + offs_dk[:, None] * DV + offs_v[None, :])
+    for q_tile in tl.static_range(Q_TILES):
+        _chunk_output_tile(
+            q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr, m_comb_ptr,
+            stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h,
+            stride_v_b, stride_v_t, stride_v_h, stride_h_b, stride_h_t, stride_h_h,
+            T, NC, qk_scale, eps, pid_v, pid_q_group * Q_TILES + q_tile, bh, chunk, batch, head,
+            DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE,
+        )
+
+
+@triton.jit
+def _chunk_output_tile(
+    q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr, m_comb_ptr,
+    stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h,
+    stride_v_b, stride_v_t, stride_v_h, stride_h_b, stride_h_t, stride_h_h,
+    T, NC, qk_scale, eps, pid_v, pid_q, bh, chunk, batch, head,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
 ):
-    """Grid `chunk_program` over (DV/BV, L/BLQ). Writes h [B, T, H, DV] and, when NORMALIZE, the per-token
-    denominator and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses.
-
-    The inter-chunk part Qbar C_{k-1} seeds the accumulators, for mLSTMexp with the running max seeded by
-    its stabilizer b + m_{k-1}; the key/value tiles then update them FlashAttention-style. The final
-    running max is m_comb of Eq. 99, so no separate combination step (and no second pass over Q) is
-    needed, for mLSTMexp as well as mLSTMsig. The first Dqk block of the query tile (all of it when
-    Dqk == BK) is loaded once and reused for every key/value tile.
-    """
-    pid_v, pid_q, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
+    """h (and denom, m_comb) of query tile pid_q of a chunk for value block pid_v; c_first: the state
+    tile C_{k-1}[:BK, value block] [BK, BV]."""
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_dk = tl.arange(0, BK)
@@ -189,7 +219,6 @@ def chunk_outputs_kernel(
     q_base = q_ptr + batch * stride_q_b + head * stride_q_h
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     v_base = v_ptr + batch * stride_v_b + head * stride_v_h
-    c_base = c_ptr + (bh * NC + chunk) * DQK * DV
     n_base = n_ptr + (bh * NC + chunk) * DQK
     b_q = tl.load(b_ptr + bh * T + t_q)
 
@@ -200,8 +229,7 @@ def chunk_outputs_kernel(
         q_gate = tl.exp(b_q) * qk_scale
     q_first = tl.load(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :])
     q_gated = (q_first.to(tl.float32) * q_gate[:, None]).to(q_first.dtype)
-    c_tile = tl.load(c_base + offs_dk[:, None] * DV + offs_v[None, :])
-    h_acc = tl.dot(q_gated, c_tile.to(q_first.dtype))
+    h_acc = tl.dot(q_gated, c_first.to(q_first.dtype))
     n_acc = tl.zeros([BLQ], dtype=tl.float32)
     if NORMALIZE:
         n_acc += tl.sum(q_gated.to(tl.float32) * tl.load(n_base + offs_dk)[None, :], 1)

@@ -39,7 +39,8 @@ class Tiling:
     block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages; the forward output kernel has its own
     out_block_kv, out_block_v and out_num_warps (its best tiles differ from the backward kernels'; each
     of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a wider value block
-    computes them fewer times, for a larger accumulator). dv_block_v: the same choice for the backward's
+    computes them fewer times, for a larger accumulator); out_q_tiles: query tiles per output program, one
+    after the other (its state tile's first Dqk block is loaded once for all of them). dv_block_v: the same choice for the backward's
     dV kernel (each program recomputes K Q^T for its dv_block_v columns of dV).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
@@ -60,6 +61,7 @@ class Tiling:
     out_block_kv: int = 64
     out_block_v: int = 64
     out_num_warps: int = 4
+    out_q_tiles: int = 1
     dv_block_v: int = 64
     state_num_warps: int = 4
     state_num_stages: int = 1
@@ -82,7 +84,9 @@ class Tiling:
         291 KB of shared memory at Dqk 256 / Dv 512 on an H200 (227 KB available); not yet timed.
         xl_chunk's dV kernel takes value blocks of up to 256 (K Q^T computed once per key tile at Dv 256
         instead of twice: forward + backward 2.6-3.0 % faster at 128/256, L 128, in three runs; 112 KB of
-        shared memory at 128/256 and 152 KB at 256/512 and above, scripts/kernel_resources.py)."""
+        shared memory at 128/256 and 152 KB at 256/512 and above, scripts/kernel_resources.py). Its output
+        programs take two query tiles each where the chunk has two or more (the state tile read once for
+        both: Nsight Compute showed the output kernel bound by L2 throughput, session 5)."""
         tile = chunk if limit else min(64, chunk)
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
@@ -99,6 +103,7 @@ class Tiling:
             num_stages=2,
             out_block_kv=out_tile,
             out_block_v=value_block,
+            out_q_tiles=1 if limit or chunk < 2 * tile else 2,
             dv_block_v=value_block if limit else _largest_pow2_block(head_dim_v, 256),
             fused_dkdv=False,
             dkdv_block_kv=tile,
@@ -117,6 +122,9 @@ class Tiling:
         if self.chunk % self.dkdv_block_kv or self.block_q % self.out_block_kv:
             raise InputError(f"tiling: dkdv_block_kv ({self.dkdv_block_kv}) must divide the chunk "
                              f"({self.chunk}), out_block_kv ({self.out_block_kv}) must divide block_q")
+        if self.out_q_tiles < 1 or self.chunk % (self.block_q * self.out_q_tiles):
+            raise InputError(f"tiling: out_q_tiles ({self.out_q_tiles}) query tiles of {self.block_q} must "
+                             f"divide the chunk ({self.chunk})")
         pairs = ((self.block_qk, self.block_v), (self.block_qk, self.out_block_v),
                  (self.block_qk, self.dv_block_v), (self.state_block_qk, self.state_block_v))
         for qk_block, v_block in pairs:
@@ -211,14 +219,15 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
-    grid, tiles = _chunk_launch(DV // tiling.out_block_v, tiling.chunk // tiling.block_q, NC * B * H)
+    query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
+    grid, tiles = _chunk_launch(DV // tiling.out_block_v, query_tile_groups, NC * B * H)
     triton_fwd.chunk_outputs_kernel[grid](
         q, k, v, log_f_cumsum, log_i, states, norms, maxes, h, denom, m_comb,
         *_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(h),
         T, H, NC, 1.0 / math.sqrt(DQK), eps, **tiles,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
-        BK=tiling.block_qk, BV=tiling.out_block_v, STABILIZE=stabilize, NORMALIZE=normalize,
-        num_warps=tiling.out_num_warps, num_stages=tiling.num_stages,
+        BK=tiling.block_qk, BV=tiling.out_block_v, Q_TILES=tiling.out_q_tiles, STABILIZE=stabilize,
+        NORMALIZE=normalize, num_warps=tiling.out_num_warps, num_stages=tiling.num_stages,
     )
     return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, state_dtype)
 
