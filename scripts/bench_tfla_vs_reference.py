@@ -9,6 +9,7 @@ compiler on Hopper, so every reference configuration runs in a child process.
 
 Usage: python scripts/bench_tfla_vs_reference.py --out results/tfla-vs-reference [--chunks 64,128,256]
        [--seq-len 65536 --tilings default,state-v64,state-32x64]  (Fig. 4's long end: B = 65536 / S)
+       [--fig14-head-dim 256 --tilings default,out-s1 --reference-variants ""]  (Fig. 14 at d = 256)
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def set_seq_len(seq_len: int) -> None:
     if seq_len < 256 or TOKENS % seq_len:
         raise SystemExit(f"--seq-len must divide {TOKENS} and be at least 256, got {seq_len}")
     CONFIG.update(seq_len=seq_len, batch=TOKENS // seq_len)
+
+
+def set_fig14_head_dim(head_dim: int) -> None:
+    """The configuration of TFLA Fig. 14 (the tfla-headdim preset) at one head dim: B 4, T 8192,
+    heads = 4096 / head_dim, Dqk = Dv = head_dim."""
+    if head_dim < 16 or head_dim & (head_dim - 1) or head_dim > 4096:
+        raise SystemExit(f"--fig14-head-dim must be a power of two from 16 to 4096, got {head_dim}")
+    CONFIG.update(batch=4, seq_len=8192, heads=4096 // head_dim, head_dim_qk=head_dim, head_dim_v=head_dim)
 
 
 def make_inputs(layout: str, batch, seq_len, heads, head_dim_qk, head_dim_v, dtype=torch.bfloat16, seed=0):
@@ -79,8 +88,8 @@ TILINGS = {
     "dv-v128": dict(dv_block_v=128),
     "out-dv-v256-w8": dict(out_block_v=256, out_num_warps=8, dv_block_v=256, num_warps=8),
     # three output programs per SM instead of two (scripts/kernel_resources.py: 64 KB shared, 168 registers
-    # against 112 KB / 210); num_stages applies to the backward's parallel kernels too
-    "out-kv32-s1": dict(out_block_kv=32, num_stages=1),
+    # against 112 KB / 210), with the backward's parallel kernels at one stage too (as measured in session 5)
+    "out-kv32-s1": dict(out_block_kv=32, num_stages=1, out_num_stages=1),
     # the output kernel's warps and tiles (scripts/kernel_resources.py at 128/256, L 128: default 4 warps
     # 112.5 KB / 210 registers; w8 112.5 KB / 156; v64 80.5 KB / 156; v64-w8 80.5 KB / 128; q128-kv64-w8
     # 128.5 KB / 193, its block_q applies to the backward's parallel kernels too)
@@ -92,6 +101,12 @@ TILINGS = {
     # (Nsight Compute, session 5: the output kernel runs L2 at 80 % of its throughput, DRAM at 50 %)
     "out-q2": dict(out_q_tiles=2),
     "out-q1": dict(out_q_tiles=1),
+    # Dqk = Dv = 256 (Fig. 14), L 128: the output kernel needs 192.5 KB of shared memory at 2 stages (one
+    # program per SM); 96 KB with one stage, 64 KB with one stage and one query tile, 112 KB at 2 stages
+    # with one query tile and 32-row key/value tiles
+    "out-s1": dict(out_num_stages=1),
+    "out-s1-q1": dict(out_num_stages=1, out_q_tiles=1),
+    "out-kv32-q1": dict(out_block_kv=32, out_q_tiles=1),
     # long sequences, small batch: more state-kernel programs for the sequential recurrence over chunks
     "state-v64": dict(state_block_v=64),
     "state-32x64": dict(state_block_qk=32, state_block_v=64),
@@ -105,7 +120,8 @@ def tiling_for(variant: str, chunk: int, tiling_name: str):
 
     options = dict(TILINGS[tiling_name])
     state_dtype = getattr(torch, options.pop("state_dtype", "bfloat16"))
-    return dataclasses.replace(Tiling.default(chunk, 128, 256, variant=variant), **options), state_dtype
+    default = Tiling.default(chunk, CONFIG["head_dim_qk"], CONFIG["head_dim_v"], variant=variant)
+    return dataclasses.replace(default, **options), state_dtype
 
 
 def ours(variant: str, chunk: int, tiling_name: str = "default"):
@@ -273,6 +289,8 @@ def run_reference_child(variant: str, chunk: int, mode: str) -> dict:
     """One reference configuration in a child process (survives compiler aborts)."""
     cmd = [sys.executable, __file__, "--child", f"{variant},{chunk},{mode}",
            "--seq-len", str(CONFIG["seq_len"])]
+    if CONFIG["head_dim_qk"] != FIG4["head_dim_qk"] or CONFIG["head_dim_v"] != FIG4["head_dim_v"]:
+        cmd += ["--fig14-head-dim", str(CONFIG["head_dim_v"])]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -325,9 +343,14 @@ def main() -> None:
     parser.add_argument("--skip-check", action="store_true")
     parser.add_argument("--seq-len", type=int, default=FIG4["seq_len"],
                         help=f"sequence length; batch = {TOKENS} / seq_len (Fig. 4)")
+    parser.add_argument("--fig14-head-dim", type=int,
+                        help="time TFLA Fig. 14's configuration at this head dim instead (B 4, T 8192, "
+                             "heads 4096 / d, Dqk = Dv = d)")
     parser.add_argument("--child")
     args = parser.parse_args()
     set_seq_len(args.seq_len)
+    if args.fig14_head_dim:
+        set_fig14_head_dim(args.fig14_head_dim)
     if args.child:
         return child(args.child)
     out = Path(args.out)
@@ -345,7 +368,7 @@ def main() -> None:
     chunks = [int(c) for c in args.chunks.split(",")]
     rows = tune(chunks, args.variants.split(","), args.tilings.split(","))
     torch.cuda.empty_cache()
-    for variant in args.reference_variants.split(","):
+    for variant in filter(None, args.reference_variants.split(",")):
         for chunk in (int(c) for c in args.reference_chunks.split(",")):
             for mode in ("fwd", "fwdbw"):
                 r = dict(kernel=f"mlstm_kernels.{variant}.xl_chunk", variant=variant, chunk=chunk, mode=mode,

@@ -25,7 +25,7 @@ import sys
 #: (name, variant, algorithm, (B, T, H, Dqk, Dv, L), tiling changes)
 PROBES = [
     ("check-size sig xl", "sig", "xl_chunk", (2, 128, 2, 64, 32, 64), {}),
-    ("check-size sig xl num_stages=1", "sig", "xl_chunk", (2, 128, 2, 64, 32, 64), {"num_stages": 1}),
+    ("check-size sig xl num_stages=1", "sig", "xl_chunk", (2, 128, 2, 64, 32, 64), {"out_num_stages": 1}),
     ("check-size sig xl block_q=32", "sig", "xl_chunk", (2, 128, 2, 64, 32, 64),
      {"block_q": 32, "block_kv": 32, "out_block_kv": 32}),
     ("check-size sig xl out_num_warps=8", "sig", "xl_chunk", (2, 128, 2, 64, 32, 64), {"out_num_warps": 8}),
@@ -35,7 +35,7 @@ PROBES = [
     ("sig xl Dqk 32 Dv 32", "sig", "xl_chunk", (2, 128, 2, 32, 32, 64), {}),
     ("sig xl L 128 (two query blocks)", "sig", "xl_chunk", (2, 256, 2, 64, 32, 128), {}),
     ("check-size exp limit", "exp", "limit_chunk", (2, 128, 2, 64, 32, 64), {}),
-    ("check-size exp limit num_stages=1", "exp", "limit_chunk", (2, 128, 2, 64, 32, 64), {"num_stages": 1}),
+    ("check-size exp limit num_stages=1", "exp", "limit_chunk", (2, 128, 2, 64, 32, 64), {"out_num_stages": 1}),
     ("check-size exp xl", "exp", "xl_chunk", (2, 128, 2, 64, 32, 64), {}),
 ]
 

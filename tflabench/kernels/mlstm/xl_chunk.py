@@ -39,7 +39,7 @@ class Tiling:
     block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages; the forward output kernel has its own
     out_block_kv, out_block_v and out_num_warps (its best tiles differ from the backward kernels'; each
     of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a wider value block
-    computes them fewer times, for a larger accumulator); out_q_tiles: query tiles per output program, one
+    computes them fewer times, for a larger accumulator), out_num_stages; out_q_tiles: query tiles per output program, one
     after the other (its state tile's first Dqk block is loaded once for all of them). dv_block_v: the same choice for the backward's
     dV kernel (each program recomputes K Q^T for its dv_block_v columns of dV).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
@@ -61,6 +61,7 @@ class Tiling:
     out_block_kv: int = 64
     out_block_v: int = 64
     out_num_warps: int = 4
+    out_num_stages: int = 1
     out_q_tiles: int = 1
     dv_block_v: int = 64
     state_num_warps: int = 4
@@ -101,6 +102,7 @@ class Tiling:
             block_qk=_largest_pow2_block(head_dim_qk, head_block),
             block_v=value_block,
             num_stages=2,
+            out_num_stages=2,
             out_block_kv=out_tile,
             out_block_v=value_block,
             out_q_tiles=1 if limit or chunk < 2 * tile else 2,
@@ -227,7 +229,7 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
         T, H, NC, 1.0 / math.sqrt(DQK), eps, **tiles,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
         BK=tiling.block_qk, BV=tiling.out_block_v, Q_TILES=tiling.out_q_tiles, STABILIZE=stabilize,
-        NORMALIZE=normalize, num_warps=tiling.out_num_warps, num_stages=tiling.num_stages,
+        NORMALIZE=normalize, num_warps=tiling.out_num_warps, num_stages=tiling.out_num_stages,
     )
     return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, state_dtype)
 
