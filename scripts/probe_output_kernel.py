@@ -35,7 +35,8 @@ PROBES = [
     ("sig xl Dqk 32 Dv 32", "sig", "xl_chunk", (2, 128, 2, 32, 32, 64), {}),
     ("sig xl L 128 (two query blocks)", "sig", "xl_chunk", (2, 256, 2, 64, 32, 128), {}),
     ("check-size exp limit", "exp", "limit_chunk", (2, 128, 2, 64, 32, 64), {}),
-    ("check-size exp limit num_stages=1", "exp", "limit_chunk", (2, 128, 2, 64, 32, 64), {"out_num_stages": 1}),
+    ("check-size exp limit num_stages=1", "exp", "limit_chunk", (2, 128, 2, 64, 32, 64),
+     {"out_num_stages": 1}),
     ("check-size exp xl", "exp", "xl_chunk", (2, 128, 2, 64, 32, 64), {}),
 ]
 
