@@ -88,10 +88,14 @@ class Tiling:
         instead of twice: forward + backward 2.6-3.0 % faster at 128/256, L 128, in three runs; 112 KB of
         shared memory at 128/256 and 152 KB at 256/512 and above, scripts/kernel_resources.py). Its output
         programs take two query tiles each where the chunk has two or more (the state tile read once for
-        both: Nsight Compute showed the output kernel bound by L2 throughput, session 5)."""
+        both: Nsight Compute showed the output kernel bound by L2 throughput, session 5). At Dqk > 128
+        its output kernel takes one query tile and one pipeline stage: with two of either it needed
+        136-192 KB of shared memory there, one program per SM (one stage, one tile: 64 KB; forward 10-27 %
+        faster at Dqk = Dv = 256 and 512, session 5)."""
         tile = chunk if limit else min(64, chunk)
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
+        wide_qk = head_dim_qk > 128 and not limit
         value_block = _largest_pow2_block(head_dim_v, head_block)
         return cls(
             chunk=chunk,
@@ -103,10 +107,10 @@ class Tiling:
             block_qk=_largest_pow2_block(head_dim_qk, head_block),
             block_v=value_block,
             num_stages=2,
-            out_num_stages=2,
+            out_num_stages=1 if wide_qk else 2,
             out_block_kv=out_tile,
             out_block_v=value_block,
-            out_q_tiles=1 if limit or chunk < 2 * tile else 2,
+            out_q_tiles=1 if limit or wide_qk or chunk < 2 * tile else 2,
             dv_block_v=value_block if limit else _largest_pow2_block(head_dim_v, 256),
             fused_dkdv=False,
             dkdv_block_kv=tile,
