@@ -37,11 +37,11 @@ class Tiling:
     and state_block_v (the state tile of one program), state_num_warps, state_num_stages. Parallel (output
     and gradient) kernels: block_q / block_kv (B_Lhq / B_Lkv, block_q >= block_kv, both divide L),
     block_qk / block_v (B_dqk / B_dhv), num_warps, num_stages; the forward output kernel has its own
-    out_block_kv, out_block_v and out_num_warps (its best tiles differ from the backward kernels'; each
-    of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a wider value block
-    computes them fewer times, for a larger accumulator), out_num_stages; out_q_tiles: query tiles per
-    output program, one after the other (its state tile's first Dqk block is loaded once for all of
-    them). dv_block_v: the same choice for the backward's dV kernel (each program recomputes K Q^T for
+    out_block_kv, out_block_v, out_num_warps and out_num_stages (its best tiles differ from the backward
+    kernels'; each of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a
+    wider value block computes them fewer times, for a larger accumulator) and out_q_tiles, the query
+    tiles one output program computes one after the other (its state tile's first Dqk block loaded once
+    for all of them). dv_block_v: the same choice for the backward's dV kernel (each program recomputes K Q^T for
     its dv_block_v columns of dV).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
