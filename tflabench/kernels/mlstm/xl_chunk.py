@@ -41,8 +41,8 @@ class Tiling:
     kernels'; each of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a
     wider value block computes them fewer times, for a larger accumulator) and out_q_tiles, the query
     tiles one output program computes one after the other (its state tile's first Dqk block loaded once
-    for all of them). dv_block_v: the same choice for the backward's dV kernel (each program recomputes K Q^T for
-    its dv_block_v columns of dV).
+    for all of them). dv_block_v: the same choice for the backward's dV kernel (each program recomputes
+    K Q^T for its dv_block_v columns of dV).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     measured slower than the split kernels at Dqk 128 / Dv 256 on an H200, so off by default.
