@@ -266,11 +266,16 @@ def rel_err(x, ref):
     return ((x.double() - ref).norm() / ref.norm()).item()
 
 
-def check_ours(variant: str, chunk: int, seq_len=8192, heads=16) -> dict:
-    """bf16 kernel vs float64 chunkwise reference (kernel gradient convention), B = 1, real size."""
+def _heads_and_dims() -> tuple[int, int, int]:
+    return CONFIG["heads"], CONFIG["head_dim_qk"], CONFIG["head_dim_v"]
+
+
+def check_ours(variant: str, chunk: int, seq_len=8192) -> dict:
+    """bf16 kernel vs float64 chunkwise reference (kernel gradient convention), B = 1, real size: the
+    configuration's heads and head dims."""
     from tflabench.kernels.mlstm.reference import mlstm_chunkwise
 
-    q, k, v, i, f = make_inputs("bthd", 1, seq_len, heads, 128, 256, seed=1)
+    q, k, v, i, f = make_inputs("bthd", 1, seq_len, *_heads_and_dims(), seed=1)
     leaves = [x.detach().requires_grad_() for x in (q, k, v, i, f)]
     h = ours(variant, chunk)(*leaves)
     dh = torch.randn_like(h)
@@ -299,12 +304,12 @@ def run_reference_child(variant: str, chunk: int, mode: str) -> dict:
     return dict(status=f"crash (exit {proc.returncode})", reason=" | ".join(tail)[-300:])
 
 
-def check_reference(variant: str, chunk: int, seq_len=8192, heads=16) -> float:
+def check_reference(variant: str, chunk: int, seq_len=8192) -> float:
     """Relative error of the reference kernel's forward output (bf16, B = 1, real size) against our float64
     chunkwise reference: the timings of a kernel are only compared once it computes the right function."""
     from tflabench.kernels.mlstm.reference import mlstm_chunkwise
 
-    q, k, v, i, f = make_inputs("bhtd", 1, seq_len, heads, 128, 256, seed=1)
+    q, k, v, i, f = make_inputs("bhtd", 1, seq_len, *_heads_and_dims(), seed=1)
     with torch.no_grad():
         h = reference(variant, chunk)(q, k, v, i, f)
         token_major = [x.transpose(1, 2).double() for x in (q, k, v, i, f)]
