@@ -27,6 +27,7 @@ from torch import Tensor
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import reference
+from tflabench.kernels.mlstm.launch import FUSED_CHUNK_MAX, LIMIT_CHUNK_MAX
 from tflabench.kernels.mlstm.reference import VARIANTS, InitialState, State
 
 CHUNKED_ALGORITHMS = ("xl_chunk", "limit_chunk")
@@ -34,8 +35,6 @@ ALGORITHMS = (*CHUNKED_ALGORITHMS, "parallel", "recurrent")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 MIN_HEAD_DIM, MAX_HEAD_DIM, HEAD_DIM_MULTIPLE = 16, 1024, 16
 MIN_CHUNK_SIZE = 16
-#: limit_chunk holds one chunk in one SRAM tile
-LIMIT_CHUNK_MAX = 128
 
 
 def mlstm(

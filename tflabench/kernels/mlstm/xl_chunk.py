@@ -18,15 +18,14 @@ import torch
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_bwd, triton_fwd
-from tflabench.kernels.mlstm.api import LIMIT_CHUNK_MAX
-
-
-def _largest_pow2_block(dim: int, cap: int) -> int:
-    """Largest power of two <= cap dividing dim (dim is a multiple of 16)."""
-    block = cap
-    while dim % block:
-        block //= 2
-    return block
+from tflabench.kernels.mlstm.launch import (
+    LIMIT_CHUNK_MAX,
+    contiguous_last,
+    empty_with_strides_of,
+    gate_grads,
+    largest_pow2_block,
+    token_strides,
+)
 
 
 @dataclass(frozen=True)
@@ -96,22 +95,22 @@ class Tiling:
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
         wide_qk = head_dim_qk > 128 and not limit
-        value_block = _largest_pow2_block(head_dim_v, head_block)
+        value_block = largest_pow2_block(head_dim_v, head_block)
         return cls(
             chunk=chunk,
             block_state=min(128, chunk),
-            state_block_qk=_largest_pow2_block(head_dim_qk, 64),
-            state_block_v=_largest_pow2_block(head_dim_v, 128),
+            state_block_qk=largest_pow2_block(head_dim_qk, 64),
+            state_block_v=largest_pow2_block(head_dim_v, 128),
             block_q=tile,
             block_kv=tile,
-            block_qk=_largest_pow2_block(head_dim_qk, head_block),
+            block_qk=largest_pow2_block(head_dim_qk, head_block),
             block_v=value_block,
             num_stages=2,
             out_num_stages=1 if wide_qk else 2,
             out_block_kv=out_tile,
             out_block_v=value_block,
             out_q_tiles=1 if limit or wide_qk or chunk < 2 * tile else 2,
-            dv_block_v=value_block if limit else _largest_pow2_block(head_dim_v, 256),
+            dv_block_v=value_block if limit else largest_pow2_block(head_dim_v, 256),
             fused_dkdv=False,
             dkdv_block_kv=tile,
         )
@@ -145,20 +144,6 @@ def _chunk_launch(tile_blocks_0: int, tile_blocks_1: int, chunk_programs: int) -
     tile_blocks_0 * tile_blocks_1 programs for each of the chunk_programs = NC * B * H chunks."""
     grid = (tile_blocks_0 * tile_blocks_1 * chunk_programs,)
     return grid, {"tiles_0": tile_blocks_0, "tiles_1": tile_blocks_1}
-
-
-def _token_strides(x: torch.Tensor) -> tuple[int, int, int]:
-    """(batch, time, head) strides of a [B, T, H, ...] tensor; the last dim must be contiguous."""
-    return x.stride(0), x.stride(1), x.stride(2)
-
-
-def _empty_with_strides_of(x: torch.Tensor) -> torch.Tensor:
-    """Uninitialized tensor with x's shape and strides (the gradient kernels store with x's strides)."""
-    return torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
-
-
-def _contiguous_last(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
 
 
 @dataclass
@@ -206,7 +191,7 @@ def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize:
     grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
     triton_fwd.chunk_states_kernel[grid](
         k, v, log_f_cumsum, log_i, c0, n0, m0, states, norms, maxes, c_last, n_last,
-        *_token_strides(k), *_token_strides(v), T, H, NC,
+        *token_strides(k), *token_strides(v), T, H, NC,
         DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.state_block_qk,
         BV=tiling.state_block_v, STABILIZE=stabilize, TRACK_N=track_n, HAS_INITIAL=initial is not None,
         num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
@@ -230,7 +215,7 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     grid, tiles = _chunk_launch(DV // tiling.out_block_v, query_tile_groups, NC * B * H)
     triton_fwd.chunk_outputs_kernel[grid](
         q, k, v, log_f_cumsum, log_i, states, norms, maxes, h, denom, m_comb,
-        *_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(h),
+        *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h),
         T, H, NC, 1.0 / math.sqrt(DQK), eps, **tiles,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
         BK=tiling.block_qk, BV=tiling.out_block_v, Q_TILES=tiling.out_q_tiles, STABILIZE=stabilize,
@@ -256,12 +241,12 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     dims = dict(DQK=DQK, DV=DV, L=tiling.chunk)
     blocks = dict(BK=tiling.block_qk, BV=tiling.block_v, BLQ=tiling.block_q, BLKV=tiling.block_kv)
     gates = (fwd.log_f_cumsum, fwd.log_i, fwd.maxes, fwd.m_comb, fwd.denom)
-    strides_qkvh = (*_token_strides(q), *_token_strides(k), *_token_strides(v), *_token_strides(dh))
+    strides_qkvh = (*token_strides(q), *token_strides(k), *token_strides(v), *token_strides(dh))
     bh_shape = (B * H, T)
 
     states = fwd.states if fwd.states is not None else recompute_states()
     num_qk_blocks = DQK // tiling.block_qk
-    dq = _empty_with_strides_of(q)
+    dq = empty_with_strides_of(q)
     q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
     grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)
     triton_bwd.chunk_dq_kernel[grid](
@@ -276,12 +261,12 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     triton_bwd.chunk_state_grads_kernel[(DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)](
         q, dh, fwd.log_f_cumsum, fwd.maxes, fwd.m_comb, fwd.denom,
         dc_last if has_dc_last else dc0, dstates, dc0,
-        *_token_strides(q), *_token_strides(dh), T, H, NC, qk_scale,
+        *token_strides(q), *token_strides(dh), T, H, NC, qk_scale,
         BL=tiling.block_state, BK=tiling.state_block_qk, BV=tiling.state_block_v, HAS_DC_LAST=has_dc_last,
         **dims, **flags, num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
     )
-    dk = _empty_with_strides_of(k)
-    dv = _empty_with_strides_of(v)
+    dk = empty_with_strides_of(k)
+    dv = empty_with_strides_of(v)
     if tiling.uses_fused_dkdv(DQK, DV):
         k_dk = torch.empty(1, *bh_shape, device=q.device, dtype=torch.float32)
         grid, tiles = _chunk_launch(tiling.chunk // tiling.dkdv_block_kv, 1, NC * B * H)
@@ -300,31 +285,11 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
         grid, tiles = _chunk_launch(DV // tiling.dv_block_v, tiling.chunk // tiling.block_kv, NC * B * H)
         triton_bwd.chunk_dv_kernel[grid](
             q, k, dh, *gates, dstates, dv,
-            *_token_strides(q), *_token_strides(k), *_token_strides(dh), *_token_strides(dv),
+            *token_strides(q), *token_strides(k), *token_strides(dh), *token_strides(dv),
             T, H, NC, qk_scale, **tiles, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags, **launch,
         )
-    di, df = _gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd, dc_last, sig)
+    di, df = gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd.c_last, dc_last, sig)
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
-
-
-def _gate_grads(q_dq, k_dk, i, f, fwd: _Forward, dc_last, sig: bool):
-    """Gate gradients from the row sums q.dq and k.dk ([B*H, T]); returns di, df [B, T, H] (dtype of i, f)."""
-    B, T, H = f.shape
-    d_cum_log_f = q_dq - k_dk
-    d_log_f = d_cum_log_f.flip(-1).cumsum(-1).flip(-1)
-    if dc_last is not None:
-        final_state = fwd.c_last.reshape(B * H, -1)
-        d_log_f = d_log_f + (final_state * dc_last.reshape(B * H, -1)).sum(-1, keepdim=True)
-    d_log_i = k_dk
-
-    def to_token_major(x):
-        return x.view(B, H, T).transpose(1, 2)
-
-    df = to_token_major(d_log_f) * torch.sigmoid(-f.float())
-    di = to_token_major(d_log_i)
-    if sig:
-        di = di * torch.sigmoid(-i.float())
-    return di.to(i.dtype), df.to(f.dtype)
 
 
 @dataclass(frozen=True)
@@ -374,7 +339,7 @@ class _MLSTMChunkwise(torch.autograd.Function):
         if dh is None:
             dh = torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
         dc_last = dc_last.float().contiguous() if dc_last is not None else None
-        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, _contiguous_last(dh), dc_last, fwd,
+        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, contiguous_last(dh), dc_last, fwd,
                                             recompute_states, config.tiling, config.sig, config.normalize)
         return None, dq, dk, dv, di, df, dc0 if ctx.has_initial else None, None, None
 
@@ -402,7 +367,7 @@ def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, norm
         recompute_states=recompute_states_in_bw, return_final_state=return_final_state,
         state_dtype=state_dtype or q.dtype,
     )
-    q, k, v = (_contiguous_last(x) for x in (q, k, v))
+    q, k, v = (contiguous_last(x) for x in (q, k, v))
     i, f = i.contiguous(), f.contiguous()
     c0 = n0 = m0 = None
     if initial_state is not None:

@@ -1,0 +1,222 @@
+"""Fused-chunk mLSTM (`fused_chunk`): launchers and autograd for the kernels of `triton_fused`.
+
+One program per (head-dim block, batch, head) walks the chunks in order with the state on chip: no chunk
+state goes to HBM, forward or backward. It needs B * H * (head-dim blocks) programs to fill the GPU, where
+TFLA (`xl_chunk`) also parallelizes over chunks; `choice.choose` picks between them.
+
+Tensors: q, k [B, T, H, Dqk]; v [B, T, H, Dv]; i, f [B, T, H] (pre-activations); h [B, T, H, Dv].
+Final state: C [B, H, Dqk, Dv], n [B, H, Dqk], m [B, H] in fp32 (stabilized: true C = C * exp(m)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from tflabench.errors import InputError
+from tflabench.kernels.mlstm import triton_fused
+from tflabench.kernels.mlstm.launch import (
+    FUSED_CHUNK_MAX,
+    contiguous_last,
+    empty_with_strides_of,
+    gate_grads,
+    largest_pow2_block,
+    next_pow2,
+    token_strides,
+)
+
+#: the most fp32 elements of the state tile one program keeps in registers by default (Dqk x BV or BK x Dv)
+STATE_TILE_ELEMENTS = 8192
+
+
+@dataclass(frozen=True)
+class FusedTiling:
+    """Launch parameters of the fused-chunk kernels (block sizes are powers of two >= 16).
+
+    chunk: L, one tile (<= 128). Forward: block_v (BV, the value columns of one program; its state tile is
+    [Dqk, BV]), num_warps, num_stages. Backward: dq_block_qk and dk_block_qk (BK: the dQ and dK programs
+    keep a [BK, Dv] state tile), dv_block_v (BV of the dV program, a [Dqk, BV] tile), bwd_num_warps,
+    bwd_num_stages. `FusedTiling.default` is the measured choice.
+    """
+
+    chunk: int
+    block_v: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    dq_block_qk: int = 32
+    dk_block_qk: int = 32
+    dv_block_v: int = 64
+    bwd_num_warps: int = 8
+    bwd_num_stages: int = 2
+
+    @classmethod
+    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int) -> FusedTiling:
+        """State tiles of at most STATE_TILE_ELEMENTS fp32 values (64 registers per thread at 4 warps),
+        value and Dqk blocks at least 16 and dividing the head dims."""
+        value_cap = max(16, min(128, STATE_TILE_ELEMENTS // next_pow2(head_dim_qk)))
+        qk_cap = max(16, min(64, STATE_TILE_ELEMENTS // next_pow2(head_dim_v)))
+        return cls(
+            chunk=chunk,
+            block_v=largest_pow2_block(head_dim_v, value_cap),
+            dq_block_qk=largest_pow2_block(head_dim_qk, qk_cap),
+            dk_block_qk=largest_pow2_block(head_dim_qk, qk_cap),
+            dv_block_v=largest_pow2_block(head_dim_v, value_cap),
+        )
+
+    def check(self, head_dim_qk: int, head_dim_v: int) -> None:
+        if self.chunk > FUSED_CHUNK_MAX:
+            raise InputError(f"fused_chunk holds a chunk in one SRAM tile: chunk_size <= {FUSED_CHUNK_MAX}, "
+                             f"got {self.chunk}")
+        for name, dim in (("block_v", head_dim_v), ("dv_block_v", head_dim_v),
+                          ("dq_block_qk", head_dim_qk), ("dk_block_qk", head_dim_qk)):
+            block = getattr(self, name)
+            if block < 16 or block & (block - 1) or dim % block:
+                raise InputError(f"fused tiling {name}={block} must be a power of two >= 16 dividing {dim}")
+
+
+@dataclass(frozen=True)
+class _Config:
+    tiling: FusedTiling
+    sig: bool
+    normalize: bool
+    eps: float
+    return_final_state: bool
+
+
+def _common_args(i: torch.Tensor, config: _Config):
+    """(strides of the gates i and f, which are contiguous [B, T, H]; the flags every fused kernel takes)."""
+    return i.stride(), dict(STABILIZE=not config.sig, NORMALIZE=config.normalize, SIG_INPUT_GATE=config.sig)
+
+
+def _forward(q, k, v, i, f, initial, config: _Config):
+    """Returns h, denom, m_comb ([B*H, T] fp32), maxes [B*H, NC+1], c_last [B*H, Dqk, Dv], n_last [B*H, Dqk]."""
+    B, T, H, DQK = q.shape
+    DV = v.shape[-1]
+    tiling = config.tiling
+    NC = T // tiling.chunk
+    device = q.device
+    h = torch.empty(B, T, H, DV, device=device, dtype=q.dtype)
+    row_stats = torch.empty(2, B * H, T, device=device, dtype=torch.float32)
+    maxes = torch.zeros(B * H, NC + 1, device=device, dtype=torch.float32)
+    c_last = torch.empty(B * H, DQK, DV, device=device, dtype=torch.float32)
+    n_last = torch.zeros(B * H, DQK, device=device, dtype=torch.float32)
+    c0, n0, m0 = initial if initial is not None else (c_last, n_last, maxes)
+    gate_strides, flags = _common_args(i, config)
+    blocks = DV // tiling.block_v
+    triton_fused.fused_forward_kernel[(blocks * B * H,)](
+        q, k, v, i, f, c0, n0, m0, h, row_stats[0], row_stats[1], maxes, c_last, n_last,
+        *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h), *gate_strides,
+        T, H, NC, 1.0 / math.sqrt(DQK), config.eps, blocks,
+        DQK=DQK, DV=DV, DQK_P=next_pow2(DQK), L=tiling.chunk, BV=tiling.block_v,
+        HAS_INITIAL=initial is not None, **flags,
+        num_warps=tiling.num_warps, num_stages=tiling.num_stages,
+    )
+    return h, row_stats[0], row_stats[1], maxes, c_last, n_last
+
+
+def _backward(q, k, v, i, f, dh, dc_last, initial, saved, config: _Config):
+    """Returns dq, dk, dv, di, df and dc0 [B, H, Dqk, Dv] (the gradient of the initial C)."""
+    denom, m_comb, maxes, c_last = saved
+    B, T, H, DQK = q.shape
+    DV = v.shape[-1]
+    tiling = config.tiling
+    NC = T // tiling.chunk
+    device = q.device
+    qk_scale = 1.0 / math.sqrt(DQK)
+    gate_strides, flags = _common_args(i, config)
+    launch = dict(num_warps=tiling.bwd_num_warps, num_stages=tiling.bwd_num_stages)
+    has_dc_last = dc_last is not None
+    stats = (maxes, m_comb, denom)
+
+    dq = empty_with_strides_of(q)
+    blocks = DQK // tiling.dq_block_qk
+    q_dq = torch.empty(blocks, B * H, T, device=device, dtype=torch.float32)
+    triton_fused.fused_dq_kernel[(blocks * B * H,)](
+        q, k, v, dh, i, f, *stats, initial[0] if initial is not None else c_last, dq, q_dq,
+        *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(dh), *gate_strides,
+        T, H, NC, qk_scale, blocks,
+        DQK=DQK, DV=DV, DV_P=next_pow2(DV), L=tiling.chunk, BK=tiling.dq_block_qk,
+        HAS_INITIAL=initial is not None, **flags, **launch,
+    )
+    dk = empty_with_strides_of(k)
+    dc0 = torch.empty(B * H, DQK, DV, device=device, dtype=torch.float32)
+    blocks = DQK // tiling.dk_block_qk
+    k_dk = torch.empty(blocks, B * H, T, device=device, dtype=torch.float32)
+    triton_fused.fused_dk_kernel[(blocks * B * H,)](
+        q, k, v, dh, i, f, *stats, dc_last if has_dc_last else dc0, dk, k_dk, dc0,
+        *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(dh), *gate_strides,
+        T, H, NC, qk_scale, blocks,
+        DQK=DQK, DV=DV, DV_P=next_pow2(DV), L=tiling.chunk, BK=tiling.dk_block_qk,
+        HAS_DC_LAST=has_dc_last, **flags, **launch,
+    )
+    dv = empty_with_strides_of(v)
+    blocks = DV // tiling.dv_block_v
+    triton_fused.fused_dv_kernel[(blocks * B * H,)](
+        q, k, dh, i, f, *stats, dc_last if has_dc_last else dc0, dv,
+        *token_strides(q), *token_strides(k), *token_strides(dh), *token_strides(dv), *gate_strides,
+        T, H, NC, qk_scale, blocks,
+        DQK=DQK, DV=DV, DQK_P=next_pow2(DQK), L=tiling.chunk, BV=tiling.dv_block_v,
+        HAS_DC_LAST=has_dc_last, **flags, **launch,
+    )
+    di, df = gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, c_last, dc_last, config.sig)
+    return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
+
+
+class _MLSTMFusedChunk(torch.autograd.Function):
+    """Outputs h, and with config.return_final_state also (C_T, n_T, m_T); C_0 gets a gradient."""
+
+    @staticmethod
+    def forward(ctx, config: _Config, q, k, v, i, f, c0, n0, m0):
+        ctx.set_materialize_grads(False)
+        initial = None if c0 is None else tuple(x.float().contiguous() for x in (c0, n0, m0))
+        h, denom, m_comb, maxes, c_last, n_last = _forward(q, k, v, i, f, initial, config)
+        ctx.config, ctx.has_initial = config, initial is not None
+        ctx.save_for_backward(q, k, v, i, f, denom, m_comb, maxes, c_last, *(initial or ()))
+        if not config.return_final_state:
+            return h
+        B, _, H, DQK = q.shape
+        n_out, m_out = n_last.view(B, H, DQK), maxes[:, -1].reshape(B, H)
+        ctx.mark_non_differentiable(n_out, m_out)
+        return h, c_last.view(B, H, DQK, -1), n_out, m_out
+
+    @staticmethod
+    def backward(ctx, dh, dc_last=None, _dn_last=None, _dm_last=None):
+        q, k, v, i, f, denom, m_comb, maxes, c_last, *initial = ctx.saved_tensors
+        initial = tuple(initial) if ctx.has_initial else None
+        if dh is None:
+            dh = torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
+        dc_last = dc_last.float().contiguous() if dc_last is not None else None
+        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, contiguous_last(dh), dc_last, initial,
+                                            (denom, m_comb, maxes, c_last), ctx.config)
+        return None, dq, dk, dv, di, df, dc0 if ctx.has_initial else None, None, None
+
+
+def mlstm_fused_chunk(q, k, v, i, f, *, variant: str, chunk_size: int, normalize: bool | None, eps: float,
+                      initial_state=None, return_final_state: bool = False,
+                      tiling: FusedTiling | None = None):
+    """Fused-chunk mLSTM (inputs already validated by `tflabench.kernels.mlstm`); chunk_size <= 128.
+
+    Returns h [B, T, H, Dv] (dtype of q), and (h, (C, n, m)) with return_final_state.
+    """
+    B, T, H, DQK = q.shape
+    DV = v.shape[-1]
+    tiling = tiling or FusedTiling.default(chunk_size, DQK, DV)
+    if tiling.chunk != chunk_size:
+        raise InputError(f"fused tiling chunk {tiling.chunk} differs from chunk_size {chunk_size}")
+    tiling.check(DQK, DV)
+    config = _Config(tiling=tiling, sig=variant == "sig", normalize=variant == "exp" or bool(normalize),
+                     eps=eps, return_final_state=return_final_state)
+    q, k, v = (contiguous_last(x) for x in (q, k, v))
+    i, f = i.contiguous(), f.contiguous()
+    c0 = n0 = m0 = None
+    if initial_state is not None:
+        c0, n0, m0 = initial_state
+        n0 = n0 if n0 is not None else torch.zeros(B, H, DQK, device=q.device)
+        m0 = m0 if m0 is not None else torch.zeros(B, H, device=q.device)
+    outputs = _MLSTMFusedChunk.apply(config, q, k, v, i, f, c0, n0, m0)
+    if return_final_state:
+        h, c_last, n_last, m_last = outputs
+        return h, (c_last, n_last, m_last)
+    return outputs

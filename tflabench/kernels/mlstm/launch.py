@@ -1,0 +1,61 @@
+"""What the launchers of the Triton algorithms (`xl_chunk`, `fused_chunk`) share: their chunk-size limits,
+tensor layout helpers and the gate gradients. Plain PyTorch: importing it does not import Triton, so the
+public entry point `api` can read the limits.
+
+Tensors: q, k [B, T, H, Dqk]; v [B, T, H, Dv]; i, f [B, T, H]; head-first row sums [B*H, T].
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: limit_chunk and fused_chunk hold one chunk in one SRAM tile
+LIMIT_CHUNK_MAX = 128
+FUSED_CHUNK_MAX = 128
+
+
+def largest_pow2_block(dim: int, cap: int) -> int:
+    """Largest power of two <= cap dividing dim (dim is a multiple of 16)."""
+    block = cap
+    while dim % block:
+        block //= 2
+    return block
+
+
+def next_pow2(dim: int) -> int:
+    """The smallest power of two >= dim (the padded width of a head dim held whole in one tile)."""
+    return 1 << (dim - 1).bit_length()
+
+
+def token_strides(x: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, time, head) strides of a [B, T, H, ...] tensor; the last dim must be contiguous."""
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def empty_with_strides_of(x: torch.Tensor) -> torch.Tensor:
+    """Uninitialized tensor with x's shape and strides (the gradient kernels store with x's strides)."""
+    return torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
+
+
+def contiguous_last(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def gate_grads(q_dq: torch.Tensor, k_dk: torch.Tensor, i: torch.Tensor, f: torch.Tensor,
+               c_last: torch.Tensor, dc_last: torch.Tensor | None, sig: bool):
+    """Gate gradients from the row sums q.dq and k.dk ([B*H, T]): dlogf_t = sum_{s>=t} (q.dq - k.dk)_s
+    + <C_T, dC_T>, dig_t = (k.dk)_t (c_last [B*H, Dqk, Dv] the stabilized final state, dc_last its gradient
+    or None). Returns di, df [B, T, H] in the dtypes of i, f."""
+    B, T, H = f.shape
+    d_log_f = (q_dq - k_dk).flip(-1).cumsum(-1).flip(-1)
+    if dc_last is not None:
+        d_log_f = d_log_f + (c_last.reshape(B * H, -1) * dc_last.reshape(B * H, -1)).sum(-1, keepdim=True)
+
+    def to_token_major(x):
+        return x.view(B, H, T).transpose(1, 2)
+
+    df = to_token_major(d_log_f) * torch.sigmoid(-f.float())
+    di = to_token_major(k_dk)
+    if sig:
+        di = di * torch.sigmoid(-i.float())
+    return di.to(i.dtype), df.to(f.dtype)
