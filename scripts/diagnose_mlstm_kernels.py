@@ -16,7 +16,7 @@ between the processes:
          "...-dirty" the same after filling blocks of the caching allocator with NaN and freeing them:
                   a kernel that reads outside its inputs or leaves part of its output unwritten then sees NaN
                   instead of the zeros of fresh device memory
-  and first the harness's own isolated check process (`python -m tflabench.bench.adapters.isolated_checks`).
+  and first the harness's own isolated check process (`python -m tflabench.bench.isolated_checks`).
   cache  "shared" Triton's default cache directory (kernels compiled by earlier processes are loaded)
          "fresh"  an empty TRITON_CACHE_DIR (the process compiles everything itself)
 
@@ -191,7 +191,7 @@ def _run_child(arguments: list[str], env: dict, timeout_s: float, label: str) ->
 def _isolated_probe(kernel: str, device: str, timeout_s: float) -> None:
     """The harness's own isolated check (`python -m ...isolated_checks`, the working directory first on
     sys.path), exactly as the GPU test runs it."""
-    from tflabench.bench.adapters.isolated_checks import run_isolated
+    from tflabench.bench.isolated_checks import run_isolated
 
     dtype = "bfloat16" if device == "cuda" else "float32"
     outcome = run_isolated(kernel, dtype, device, timeout_s)
@@ -201,7 +201,7 @@ def _isolated_probe(kernel: str, device: str, timeout_s: float) -> None:
 def _concurrent_probe(kernels: list[str], device: str, timeout_s: float, copies: int) -> None:
     """The harness's isolated check of every kernel, ``copies`` times each, in that many concurrent processes
     on one GPU, as the adapter GPU test runs them (six at once): does a check fail only beside others?"""
-    from tflabench.bench.adapters.isolated_checks import run_checks
+    from tflabench.bench.isolated_checks import run_checks
 
     dtype = "bfloat16" if device == "cuda" else "float32"
     names = [kernel for kernel in kernels for _ in range(copies)]

@@ -3,7 +3,7 @@
 
 1. prints `tflabench kernels` (availability, package versions, reasons);
 2. runs the reference check of every available kernel, in bf16 at its small check size, each in its own
-   process with a time limit (`tflabench.bench.adapters.isolated_checks`), several at a time, plus the
+   process with a time limit (`tflabench.bench.isolated_checks`), several at a time, plus the
    deliberately wrong adapter (SDPA FLASH without the causal mask), which the check must reject;
 3. prints a summary table and a verdict.
 
@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tflabench.bench.adapters.isolated_checks import (
+from tflabench.bench.isolated_checks import (
     CRASHED,
     FAILED,
     KNOWN_FAILURES,

@@ -13,7 +13,8 @@ import time
 
 import torch
 
-from tflabench.bench.registry import Availability, CheckResult, KernelSpec, SweepPoint, register
+from tflabench.bench.registry import Availability, CheckResult, KernelSpec, register
+from tflabench.core import SweepPoint
 
 #: Seconds the slow fake sleeps per call (resume tests kill the sweep while it runs).
 SLOW_CALL_S = 0.1

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from tflabench.bench.adapters import _common
 from tflabench.bench.adapters._common import NO_CUDA, check_mapping, family_inputs, peer_availability
 from tflabench.bench.adapters.flash_attention import sdpa_spec
-from tflabench.bench.registry import FAMILIES, MODES, Availability, SweepPoint, all_kernels
+from tflabench.bench.registry import Availability, all_kernels
+from tflabench.core import FAMILIES, MODES, SweepPoint
 
 EXPECTED_KERNELS = {
     "torch.sdpa.flash", "torch.sdpa.cudnn", "torch.sdpa.efficient",
@@ -106,10 +107,10 @@ def test_our_kernels_need_cuda_or_the_interpreter(monkeypatch):
 @pytest.mark.parametrize("name", sorted(EXPECTED_KERNELS))
 def test_family_and_cost_params_select_a_flop_model(name):
     models = pytest.importorskip("tflabench.analysis.models")
-    results = pytest.importorskip("tflabench.bench.results")
+    derived = pytest.importorskip("tflabench.bench.derived")
     spec = kernel(name)
     dims = dict(batch=2, seq_len=1024, heads=4, head_dim_qk=64, head_dim_v=64,
-                chunk_size=64 if spec.uses_chunk_size else None, **results.cost_arguments(spec, "bfloat16"))
+                chunk_size=64 if spec.uses_chunk_size else None, **derived.cost_arguments(spec, "bfloat16"))
     forward = models.kernel_cost(spec.family, mode="fwd", **dims)
     assert forward.flops > 0 and forward.bytes > 0
     assert models.kernel_cost(spec.family, mode="fwdbw", **dims).flops > forward.flops

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from cli_capture import run_cli
 
-from tflabench.bench import peer_commands
-from tflabench.bench.adapters import isolated_checks
-from tflabench.bench.registry import SweepPoint, all_kernels
+from tflabench.bench import isolated_checks, peer_commands
+from tflabench.bench.registry import all_kernels
+from tflabench.core import SweepPoint
 
 
 def test_kernels_json_lists_every_kernel_with_availability_version_and_reason():

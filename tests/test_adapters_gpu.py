@@ -16,16 +16,17 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 
-from tflabench.bench.adapters.isolated_checks import (
+from tflabench.bench.isolated_checks import (
     FAILED,
     KNOWN_FAILURES,
     PASSED,
     is_known_failure,
     run_checks,
 )
-from tflabench.bench.registry import SweepPoint, all_kernels
+from tflabench.bench.registry import all_kernels
 from tflabench.bench.sweep import expand, load_preset
 from tflabench.cli import main
+from tflabench.core import SweepPoint
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tflabench.bench import references
-from tflabench.bench.registry import FAMILIES, SweepPoint
+from tflabench.core import FAMILIES, SweepPoint
 
 B, T, H, K, V = 2, 24, 3, 8, 5
 POINT = SweepPoint(batch=B, seq_len=T, heads=H, head_dim_qk=K, head_dim_v=V, chunk_size=8, dtype="float64")

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tflabench.analysis import hardware
-from tflabench.bench.registry import FAMILIES
+from tflabench.core import FAMILIES
 
 OPTIMAL_CHUNK = [
     "optimal-chunk",

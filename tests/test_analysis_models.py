@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tflabench.analysis import models
 from tflabench.analysis.models import kernel_cost
-from tflabench.bench.registry import FAMILIES
+from tflabench.core import FAMILIES
 from tflabench.errors import InputError
 
 FIG5 = {"batch": 8, "seq_len": 8192, "heads": 8, "head_dim_qk": 256, "head_dim_v": 512}

@@ -24,8 +24,8 @@ from tflabench.analysis.paper_numbers import (
     paper_comparison,
 )
 from tflabench.bench.registry import all_kernels
-from tflabench.bench.schema import COLUMNS
 from tflabench.cli import main
+from tflabench.schema import COLUMNS
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "shared" / "design" / "paper-benchmarks.md"
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,9 +18,9 @@ from matplotlib.image import imread
 
 from tflabench.analysis import hardware, optimal_chunk, plots, run_data
 from tflabench.analysis.plot_commands import PLOT_KIND_NAMES
-from tflabench.bench.schema import COLUMNS
 from tflabench.cli import main
 from tflabench.errors import InputError
+from tflabench.schema import COLUMNS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200_small"
 MEASURED_FLOPS, MEASURED_BANDWIDTH = 801e12, 4.3e12  # the fixture's meta.json ceilings.bfloat16.measured

@@ -4,19 +4,19 @@ import sys
 
 import pytest
 
-from tflabench.bench.registry import Availability, KernelSpec, SweepPoint
+from tflabench.bench.derived import Derivation, cost_arguments
+from tflabench.bench.registry import Availability, KernelSpec
 from tflabench.bench.results import (
-    Derivation,
     ResultsWriter,
-    cost_arguments,
     finished_keys,
     make_row,
     new_meta,
     rankings,
     read_rows,
 )
-from tflabench.bench.schema import COLUMNS
+from tflabench.core import SweepPoint
 from tflabench.errors import InputError
+from tflabench.schema import COLUMNS
 
 FIG4_POINT = SweepPoint(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256, chunk_size=128)
 
@@ -192,7 +192,7 @@ def test_rederive_refuses_a_directory_that_is_not_a_run(tmp_path):
 
 
 def test_a_kernel_storing_states_in_the_operand_dtype_is_costed_with_those_bytes():
-    from tflabench.bench.results import STATE_BYTES_OF_OPERANDS
+    from tflabench.core import STATE_BYTES_OF_OPERANDS
 
     ours = kernel(algorithm="xl_chunk", cost_params={"state_bytes": STATE_BYTES_OF_OPERANDS})
     assert cost_arguments(ours, "bfloat16")["state_bytes"] == 2

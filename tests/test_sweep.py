@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from tflabench.bench.commands import build_spec
-from tflabench.bench.registry import Availability, KernelSpec, SweepPoint
+from tflabench.bench.registry import Availability, KernelSpec
 from tflabench.bench.sweep import (
     Job,
     Shape,
@@ -16,6 +16,7 @@ from tflabench.bench.sweep import (
     parse_int_list,
     select_kernels,
 )
+from tflabench.core import SweepPoint
 from tflabench.errors import InputError
 
 POWERS_512_TO_64K = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
@@ -196,8 +197,8 @@ def test_impossible_derived_axes_are_input_errors(shape, message):
 
 
 def test_a_kernel_whose_first_call_does_not_fit_the_budget_waits_for_the_next_resume(tmp_path):
-    from tflabench.bench.commands import _run_kernel_group, _RunContext
-    from tflabench.bench.results import Derivation
+    from tflabench.bench.derived import Derivation
+    from tflabench.bench.engine import _run_kernel_group, _RunContext
 
     slow = kernel("fla.autotunes", first_call_s=300.0)
     point = SweepPoint(1, 64, 2, 8, 8, 16)
@@ -213,7 +214,7 @@ def test_a_kernel_whose_first_call_does_not_fit_the_budget_waits_for_the_next_re
 
 
 def test_an_exception_in_one_lane_ends_the_sweep():
-    from tflabench.bench.commands import _run_lanes
+    from tflabench.bench.engine import _run_lanes
 
     finished = []
 

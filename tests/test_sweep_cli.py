@@ -122,7 +122,8 @@ from pathlib import Path
 
 import pytest
 
-from tflabench.bench.commands import _expand, build_spec, run_sweep
+from tflabench.bench.commands import _expand, build_spec
+from tflabench.bench.engine import run_sweep
 
 flags = {"kernels": "fake.correct,fake.slow", "seq_len": "8,16", "batch": "1", "heads": "2",
          "head_dim_qk": "8", "head_dim_v": "8", "chunk_size": "8", "dtype": "float32", "mode": "fwd,fwdbw"}

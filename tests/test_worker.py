@@ -14,8 +14,9 @@ from tflabench.bench.measure import (
     measure_point,
     summarize_times,
 )
-from tflabench.bench.registry import Availability, CheckResult, KernelSpec, SweepPoint
+from tflabench.bench.registry import Availability, CheckResult, KernelSpec
 from tflabench.bench.worker import POINT_HEADER, classify_failure, measure_kernel_points, one_line
+from tflabench.core import SweepPoint
 
 FAKES = ("sweep_fake_kernels",)
 POINT = SweepPoint(batch=1, seq_len=16, heads=2, head_dim_qk=8, head_dim_v=8, chunk_size=8, dtype="float32")

@@ -28,8 +28,9 @@ def _register_commands() -> None:
     from tflabench.bench import commands as bench_commands
     from tflabench.bench import peer_commands
 
-    for module in (analysis_commands, bench_commands, peer_commands, plot_commands, demo):
+    for module in (analysis_commands, bench_commands, peer_commands, plot_commands):
         module.register(app)
+    demo.register(app, run_command=main)
 
 
 @app.callback()
@@ -43,9 +44,6 @@ def version() -> None:
     from tflabench import __version__
 
     typer.echo(__version__)
-
-
-_register_commands()
 
 
 def _fail(message: str, exit_code: int = 2) -> None:
@@ -73,3 +71,6 @@ def main(argv: list[str] | None = None) -> None:
         _fail(message[0] if message else type(exc).__name__, exc.exit_code)
     if isinstance(result, int) and result != 0:
         sys.exit(result)
+
+
+_register_commands()

@@ -1,8 +1,8 @@
 """`tflabench demo`: the main job on any machine, one step per CLI command.
 
 Steps: `gpus`, `optimal-chunk`, `roofline`, a small `sweep` of our Triton kernels (``tflabench.*``), then
-`plot` and `report` of that sweep. Each step runs the real command through `tflabench.cli.main`, under a
-heading that shows the equivalent command line.
+`plot` and `report` of that sweep. Each step runs the real command through the CLI's entry point (which
+`register` receives), under a heading that shows the equivalent command line.
 
 Without a GPU the sweep runs our kernels on CPU tensors under the Triton interpreter (tiny float32
 shapes): its timings are CPU-interpreter timings that exercise the pipeline, not GPU performance, and
@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -119,16 +120,10 @@ def _use_triton_interpreter() -> None:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
-def demo(
-    out: Annotated[Path, typer.Option(help="Parent directory of the demo's sweep run.")] = DEFAULT_OUT,
-    quick: Annotated[bool, typer.Option(
-        "--quick", help="Smaller sweep: the xl_chunk kernels at one sequence length.")] = False,
-) -> None:
-    """The main job: analysis commands, a small sweep of our Triton kernels, its plots and report."""
+def run_demo(out: Path, quick: bool, run_command: Callable[[list[str]], None]) -> None:
+    """Run the demo's steps under headings; ``run_command(argv)`` runs one `tflabench` command line."""
     from rich.console import Console
     from rich.panel import Panel
-
-    from tflabench.cli import main
 
     console = Console()
     on_gpu = _cuda_available()
@@ -141,7 +136,7 @@ def demo(
     for number, step in enumerate(steps, start=1):
         console.rule(f"[bold]{number}/{len(steps)}  {step.title}")
         console.print(f"$ {step.command}", style="cyan", markup=False, highlight=False, soft_wrap=True)
-        main(list(step.argv))
+        run_command(list(step.argv))
     _print_outputs(console, out / run_name, on_gpu)
 
 
@@ -155,5 +150,15 @@ def _print_outputs(console, run_dir: Path, on_gpu: bool) -> None:
                       "(GPU results: README.md).", style="yellow")
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, run_command: Callable[[list[str]], None]) -> None:
+    """Add `tflabench demo` to ``app``; its steps run through ``run_command`` (the CLI's entry point)."""
+
+    def demo(
+        out: Annotated[Path, typer.Option(help="Parent directory of the demo's sweep run.")] = DEFAULT_OUT,
+        quick: Annotated[bool, typer.Option(
+            "--quick", help="Smaller sweep: the xl_chunk kernels at one sequence length.")] = False,
+    ) -> None:
+        """The main job: analysis commands, a small sweep of our Triton kernels, its plots and report."""
+        run_demo(out, quick, run_command)
+
     app.command("demo")(demo)

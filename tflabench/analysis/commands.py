@@ -15,11 +15,10 @@ from tflabench.analysis import optimal_chunk as oc
 from tflabench.analysis.hardware import GPU, Ceilings
 from tflabench.analysis.models import MLSTM_VARIANTS
 from tflabench.analysis.roofline import RooflinePoint, roofline_point
-from tflabench.bench.registry import FAMILIES
+from tflabench.core import FAMILIES, PEAK_DTYPE_BYTES
 from tflabench.errors import InputError
 
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256,512,1024,2048,4096"
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "tfloat32": 4, "float32": 4}
 _CHUNKLESS_FAMILIES = ("softmax_attention",)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
@@ -103,8 +102,8 @@ def _parse_scalar(text: str) -> int | float | str:
 
 
 def _ceilings(gpu: GPU, dtype: str, measured: bool) -> Ceilings:
-    if dtype not in DTYPE_BYTES:
-        raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BYTES)})")
+    if dtype not in PEAK_DTYPE_BYTES:
+        raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(PEAK_DTYPE_BYTES)})")
     if measured:
         if dtype != "bfloat16":
             raise InputError("measured ceilings are bf16 matmul rates: use --dtype bfloat16 with --measured")
@@ -314,7 +313,8 @@ def roofline(
     heads: Annotated[int, typer.Option(help="Number of heads.")] = 8,
     chunk_sizes: ChunkSizesOption = DEFAULT_CHUNK_SIZES,
     mode: Annotated[str, typer.Option(help="fwd or fwdbw.")] = "fwd",
-    dtype: Annotated[str, typer.Option(help=f"Input dtype and peak: {', '.join(DTYPE_BYTES)}.")] = "bfloat16",
+    dtype: Annotated[str, typer.Option(
+        help=f"Input dtype and peak: {', '.join(PEAK_DTYPE_BYTES)}.")] = "bfloat16",
     state_bytes: Annotated[int, typer.Option(help="Bytes per materialized state element.")] = 4,
     causal_factor: Annotated[float, typer.Option(help="Computed fraction F_c of the causal matrix.")] = 0.5,
     formulation: Annotated[
@@ -339,7 +339,7 @@ def roofline(
         "head_dim_qk": head_dim_qk,
         "head_dim_v": head_dim_v,
         "mode": mode,
-        "dtype_bytes": DTYPE_BYTES[dtype],
+        "dtype_bytes": PEAK_DTYPE_BYTES[dtype],
         "state_bytes": state_bytes,
         "causal_factor": causal_factor,
         "formulation": formulation,

@@ -44,7 +44,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from tflabench.bench.registry import FAMILIES, MODES
+from tflabench.core import FAMILIES, MODES
 from tflabench.errors import InputError
 
 FORMULATIONS = ("chunkwise", "parallel", "recurrent")

@@ -59,7 +59,7 @@ from tflabench.analysis.run_data import (
     run_dtype,
     run_gpu,
 )
-from tflabench.bench.registry import MODES
+from tflabench.core import MODES
 from tflabench.errors import InputError
 
 PLOT_FORMATS = ("png", "svg")

@@ -1,7 +1,7 @@
 """What a tflabench run is and how to read it.
 
 A run is one benchmark sweep's output folder ``results/<run>/``: ``results.csv``, one row per kernel x
-sweep point with the columns `tflabench.bench.schema.COLUMNS` (rows with status ``ok`` carry the timings,
+sweep point with the columns `tflabench.schema.COLUMNS` (rows with status ``ok`` carry the timings,
 the others a reason), and ``meta.json``, the run's provenance written by `tflabench.bench.results`
 (command, GPU, versions, git commit, the ceilings the sweep used; optional here).
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tflabench.bench.registry import MODES
-from tflabench.bench.schema import COLUMNS, STATUSES
+from tflabench.core import DTYPE_BYTES, MODES, STATE_BYTES_OF_OPERANDS, resolved_state_bytes
 from tflabench.errors import InputError
+from tflabench.schema import COLUMNS, STATUSES
 
 #: State bytes (the paper's fp32, for kernels that record none) and causal factor F_c of the theoretical
 #: optimal chunk size (Eq. 121).
@@ -195,8 +195,6 @@ class ChunkSweep:
     def state_bytes(self) -> int:
         """Bytes per element of the kernel's materialized chunk states, from its recorded cost parameters
         (``state_bytes``: a number, or "operand" for the inputs' dtype); the paper's fp32 without them."""
-        from tflabench.bench.results import DTYPE_BYTES, STATE_BYTES_OF_OPERANDS, resolved_state_bytes
-
         params = self.rows["params"].iloc[0] if "params" in self.rows else ""
         try:
             recorded = json.loads(params).get("cost_params", {}).get("state_bytes") if params else None

@@ -18,6 +18,7 @@ Order per point (paper-benchmarks.md §1, avoiding the reference harness's pitfa
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ from typing import Any
 import torch
 
 from tflabench.bench.nvml import NvmlSampler
-from tflabench.bench.registry import CheckResult, KernelSpec, SweepPoint
+from tflabench.bench.registry import CheckResult, KernelSpec
+from tflabench.core import SweepPoint
 
 CUDA = "cuda"
 CPU_INTERPRETER = "cpu-interpreter"
@@ -44,6 +46,15 @@ class MeasureSettings:
 def detect_device() -> str:
     """``"cuda"`` when a GPU is usable, else ``"cpu-interpreter"`` (Triton kernels on CPU tensors)."""
     return CUDA if torch.cuda.is_available() else CPU_INTERPRETER
+
+
+def prepare_device() -> str:
+    """`detect_device`; without CUDA, Triton kernels must run under the interpreter, which has to be
+    switched on before any @triton.jit module is imported (callers import the adapters next)."""
+    device = detect_device()
+    if device == CPU_INTERPRETER:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return device
 
 
 def torch_device(device: str) -> torch.device:

@@ -45,17 +45,6 @@ def register(app) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ kernels
-def _prepare_device() -> str:
-    """Without CUDA, Triton runs in interpreter mode, as in `tflabench sweep`; it must be switched on
-    before the adapters import any @triton.jit module."""
-    from tflabench.bench.measure import CPU_INTERPRETER, detect_device
-
-    device = detect_device()
-    if device == CPU_INTERPRETER:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    return device
-
-
 def kernel_rows() -> list[dict[str, Any]]:
     """One row per registered kernel, sorted by name: name, family, package, version, available, reason,
     modes, mode_reasons, uses_chunk_size, params."""
@@ -80,7 +69,9 @@ def kernels(
     json_output: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
     """List every registered kernel: family, availability, package version and the reason if unavailable."""
-    device = _prepare_device()
+    from tflabench.bench.measure import prepare_device
+
+    device = prepare_device()
     rows = kernel_rows()
     if json_output:
         typer.echo(json.dumps({"device": device, "kernels": rows}, indent=2, default=str))

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tflabench.bench.registry import FAMILIES, SweepPoint
+from tflabench.core import FAMILIES, SweepPoint
 
 #: Largest accepted relative error (Frobenius norm of the difference over that of the reference), by dtype.
 TOLERANCES = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 5e-3, "float64": 1e-9}

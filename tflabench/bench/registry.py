@@ -16,44 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Families select the FLOP/byte model in `tflabench.analysis.models` and the float64 reference.
-FAMILIES = (
-    "mlstm_exp",
-    "mlstm_sig",
-    "softmax_attention",
-    "gla",
-    "simple_gla",
-    "lightning",
-    "mamba2_ssd",
-    "power_attention",
-)
-
-MODES = ("fwd", "fwdbw")
-DTYPES = ("bfloat16", "float16", "float32")
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One measurement point. Layout-neutral: adapters map it to their peer's layout.
-
-    chunk_size is None for kernels without a chunk parameter (softmax attention).
-    """
-
-    batch: int
-    seq_len: int
-    heads: int
-    head_dim_qk: int
-    head_dim_v: int
-    chunk_size: int | None
-    dtype: str = "bfloat16"
-    mode: str = "fwd"
-
-    def key(self) -> str:
-        """Stable string used for resume bookkeeping."""
-        return (
-            f"B{self.batch}-T{self.seq_len}-H{self.heads}-dqk{self.head_dim_qk}-dv{self.head_dim_v}"
-            f"-L{self.chunk_size}-{self.dtype}-{self.mode}"
-        )
+from tflabench.core import FAMILIES, MODES, SweepPoint
 
 
 @dataclass(frozen=True)

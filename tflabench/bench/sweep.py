@@ -42,7 +42,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from tflabench.bench.registry import DTYPES, FAMILIES, MODES, Availability, KernelSpec, SweepPoint
+from tflabench.bench.registry import Availability, KernelSpec
+from tflabench.core import DTYPES, FAMILIES, MODES, SweepPoint
 from tflabench.errors import InputError
 
 #: Axes of which exactly one of the pair is set; setting one clears the other.
@@ -310,107 +311,17 @@ def load_sweep_file(path: str | Path, base: SweepSpec | None = None) -> SweepSpe
 
 # ----------------------------------------------------------------------------------------------- presets
 
-#: The paper's experiments (paper-benchmarks.md §2, §3, §6, §13), written in the sweep-file format.
-PRESETS: dict[str, str] = {
-    "tfla-fig4": """
-# TFLA Fig. 4: 65,536 tokens, batch = 65536 / S, embedding 4096; per-kernel heads as in §2.1.
-[sweep]
-kernels = ["*"]
-seq_len = "512..65536"
-tokens = 65536
-embedding_dim = 4096
-head_dim_v = 256
-qk_ratio = 0.5
-chunk_size = 128
-dtype = "bfloat16"
-mode = ["fwd", "fwdbw"]
-
-[measure]
-warmup = 10
-repeats = 30
-
-[override."*limit_chunk*"]         # limit_chunk's best chunk size
-chunk_size = 64
-
-[override.softmax_attention]       # 32 heads x 128
-head_dim_v = 128
-qk_ratio = 1.0
-
-[override."fla.*"]                # FLA's library default chunk size
-chunk_size = 64
-
-[override.mamba2_ssd]              # 64 heads x 64, state 128, chunk 256 (§9.1)
-head_dim_v = 64
-head_dim_qk = 128
-chunk_size = 256
-
-[override.lightning]               # 32 heads x 128 (Fig. 13)
-head_dim_v = 128
-qk_ratio = 1.0
-
-[override.power_attention]         # not in Fig. 4: the power-attention paper's head dim 64
-head_dim_v = 64
-qk_ratio = 1.0
-""",
-    "tfla-fig5": """
-# TFLA Fig. 5: chunk-size trade-off of the mLSTM chunkwise kernels, 8 heads x 512/256, S = 8192, B = 8.
-[sweep]
-kernels = ["*xl_chunk*", "*limit_chunk*"]
-seq_len = 8192
-batch = 8
-heads = 8
-head_dim_qk = 256
-head_dim_v = 512
-chunk_size = "64..4096"
-dtype = "bfloat16"
-mode = ["fwd", "fwdbw"]
-""",
-    "tfla-headdim": """
-# TFLA Fig. 14: head dims 32..1024 with heads = 4096 / head dim, Dqk = Dv, S = 8192, B = 4; the paper's
-# kernels: the mLSTM kernels and FLA's GLA kernels (each new head dim re-autotunes FLA for minutes).
-[sweep]
-kernels = ["*mlstm*", "fla.chunk_gla", "fla.chunk_simple_gla"]
-seq_len = 8192
-batch = 4
-embedding_dim = 4096
-head_dim_v = "32..1024"
-qk_ratio = 1.0
-chunk_size = [128, 256]
-dtype = "bfloat16"
-mode = ["fwd", "fwdbw"]
-
-[override."*limit_chunk*"]
-chunk_size = 64
-
-[override."fla.*"]                # the paper has FLA from head dim 128 on (its compiler failed below)
-chunk_size = 64
-head_dim_v = "128..1024"
-""",
-    "tiny": """
-# Tiny float32 shapes for CPU runs under the Triton interpreter (CI, smoke tests): the pipeline, not speed.
-[sweep]
-kernels = ["*"]
-seq_len = [64, 128]
-batch = 1
-heads = 2
-head_dim_qk = 16
-head_dim_v = 32
-chunk_size = [16, 32]
-dtype = "float32"
-mode = ["fwd", "fwdbw"]
-
-[measure]
-warmup = 1
-repeats = 3
-timeout = 120
-""",
-}
+#: Directory of the preset sweep files shipped with the package (``<name>.toml``, the sweep-file format):
+#: the paper's experiments (docs/reference/paper-numbers.md#benchmark-configurations) and ``tiny``.
+PRESET_DIR = Path(__file__).parent / "presets"
+PRESETS = tuple(sorted(path.stem for path in PRESET_DIR.glob("*.toml")))
 
 
 def load_preset(name: str, base: SweepSpec | None = None) -> SweepSpec:
     if name not in PRESETS:
         raise InputError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
-    return apply_table(base or SweepSpec(), _toml_loads(PRESETS[name], f"preset {name}"), f"preset {name}")
+    text = (PRESET_DIR / f"{name}.toml").read_text(encoding="utf-8")
+    return apply_table(base or SweepSpec(), _toml_loads(text, f"preset {name}"), f"preset {name}")
 
 
 # ----------------------------------------------------------------------------------------------- kernels

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tflabench.bench.registry import SweepPoint
+from tflabench.core import SweepPoint
 
 #: Seconds a worker may take to import torch, the adapters and the kernel before its first point.
 STARTUP_TIMEOUT_S = 120.0

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from tflabench.bench import references
-from tflabench.bench.registry import MODES, Availability, CheckResult, KernelSpec, SweepPoint
+from tflabench.bench.registry import Availability, CheckResult, KernelSpec
+from tflabench.core import MODES, SweepPoint
 
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 

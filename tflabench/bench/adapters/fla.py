@@ -28,8 +28,8 @@ from tflabench.bench.adapters._common import (
     peer_availability,
     peer_spec,
 )
-from tflabench.bench.registry import SweepPoint, register
-from tflabench.bench.results import STATE_BYTES_OF_OPERANDS
+from tflabench.bench.registry import register
+from tflabench.core import STATE_BYTES_OF_OPERANDS, SweepPoint
 
 DISTRIBUTION = "fla-core"
 LIGHTNING_LAYER = {"layer_idx": 0, "num_layers": 24}

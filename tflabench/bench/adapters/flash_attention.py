@@ -23,7 +23,8 @@ from tflabench.bench.adapters._common import (
     peer_spec,
     tokens_first,
 )
-from tflabench.bench.registry import Availability, KernelSpec, SweepPoint, register
+from tflabench.bench.registry import Availability, KernelSpec, register
+from tflabench.core import SweepPoint
 
 FAMILY = "softmax_attention"
 

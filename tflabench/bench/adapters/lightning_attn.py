@@ -17,7 +17,8 @@ from tflabench.bench.adapters._common import (
     peer_spec,
     tokens_first,
 )
-from tflabench.bench.registry import SweepPoint, register
+from tflabench.bench.registry import register
+from tflabench.core import SweepPoint
 
 DISTRIBUTION = "lightning-attn"
 #: `is_support(d)` rejects head dims dividing 16 (for q/k and v); d=192 fails upstream (TransnormerLLM#9)

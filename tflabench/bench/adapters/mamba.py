@@ -35,7 +35,8 @@ from tflabench.bench.adapters._common import (
     peer_availability,
     peer_spec,
 )
-from tflabench.bench.registry import Availability, SweepPoint, register
+from tflabench.bench.registry import Availability, register
+from tflabench.core import SweepPoint
 
 DISTRIBUTION = "mamba-ssm"
 SSD_MODULE = "ops.triton.ssd_combined"

@@ -27,7 +27,8 @@ from tflabench.bench.adapters._common import (
     peer_spec,
     tokens_first,
 )
-from tflabench.bench.registry import SweepPoint, register
+from tflabench.bench.registry import register
+from tflabench.core import SweepPoint
 
 DISTRIBUTION = "mlstm-kernels"
 _PACKAGE = "mlstm_kernels.torch"

@@ -36,7 +36,8 @@ from tflabench.bench.adapters._common import (
     peer_availability,
     peer_spec,
 )
-from tflabench.bench.registry import Availability, SweepPoint, register
+from tflabench.bench.registry import Availability, register
+from tflabench.core import SweepPoint
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 _MIN_CHUNK = 16

@@ -15,8 +15,8 @@ import os
 import torch
 
 from tflabench.bench.adapters._common import PeerMapping, describe, family_inputs, peer_spec
-from tflabench.bench.registry import Availability, SweepPoint, register
-from tflabench.bench.results import STATE_BYTES_OF_OPERANDS
+from tflabench.bench.registry import Availability, register
+from tflabench.core import STATE_BYTES_OF_OPERANDS, SweepPoint
 
 _API = "tflabench.kernels.mlstm.api"
 #: The Triton kernels of both algorithms (`mlstm_xl_chunk`, `mlstm_limit_chunk`).

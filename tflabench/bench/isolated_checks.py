@@ -2,7 +2,7 @@
 
 A peer can abort the interpreter while compiling (mlstm_kernels' mLSTMexp xl_chunk on Hopper with Triton
 3.6) or autotune for minutes (FLA, retention): each check runs in a child process, ``python -m
-tflabench.bench.adapters.isolated_checks KERNEL DTYPE DEVICE``, which prints its `CheckResult` as one JSON
+tflabench.bench.isolated_checks KERNEL DTYPE DEVICE``, which prints its `CheckResult` as one JSON
 line. Children run concurrently (compilation is CPU-bound; the checks are tiny on the GPU), and all end
 before a deadline. Used by ``scripts/gpu_adapters_check.py`` and the GPU tests.
 
@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
-from tflabench.bench.registry import SweepPoint
+from tflabench.core import SweepPoint
 
-MODULE = "tflabench.bench.adapters.isolated_checks"
+MODULE = "tflabench.bench.isolated_checks"
 #: outcome statuses
 PASSED, FAILED, CRASHED, TIMED_OUT, ERROR = "passed", "failed", "crash", "timeout", "error"
 NOT_RUN = "not run"

@@ -1,0 +1,105 @@
+"""Dependencies between tflabench's modules: no import circles, and analysis never imports bench.
+
+Every ``import`` of a tflabench module counts, also those inside functions (a lazy import is still a
+dependency).
+"""
+
+import ast
+from pathlib import Path
+
+import tflabench
+
+PACKAGE_ROOT = Path(tflabench.__file__).parent
+
+ALLOWED_CIRCLES = {
+    # kernels.mlstm api<->xl_chunk: removed with the v6 kernels
+    frozenset({"tflabench.kernels.mlstm.api", "tflabench.kernels.mlstm.xl_chunk"}),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in PACKAGE_ROOT.rglob("*.py")}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The tflabench modules that ``path`` imports (``from package import module`` names the module)."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module)
+            imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in imported if name in MODULES and name.startswith("tflabench.")}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the modules it imports; package ``__init__`` modules left out (they import nothing)."""
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    return {name: _imported_modules(path) - packages
+            for name, path in MODULES.items() if name not in packages}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    lowlink: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = lowlink[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in graph.get(node, ()):
+            if successor not in index:
+                visit(successor)
+                lowlink[node] = min(lowlink[node], lowlink[successor])
+            elif successor in on_stack:
+                lowlink[node] = min(lowlink[node], index[successor])
+        if lowlink[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def test_the_graph_sees_lazy_imports():
+    graph = _import_graph()
+    assert "tflabench.bench.worker" in graph["tflabench.bench.engine"]
+    assert "tflabench.core" in graph["tflabench.bench.registry"]
+
+
+def test_no_import_circles():
+    circles = [circle for circle in _circles(_import_graph()) if frozenset(circle) not in ALLOWED_CIRCLES]
+    assert circles == []
+
+
+def test_a_circle_is_found():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_analysis_does_not_import_bench():
+    graph = _import_graph()
+    offending = {module: sorted(name for name in imported if name.startswith("tflabench.bench"))
+                 for module, imported in graph.items() if module.startswith("tflabench.analysis")}
+    assert {module: names for module, names in offending.items() if names} == {}
+
+
+def test_core_imports_no_tflabench_module():
+    assert _import_graph()["tflabench.core"] == set()
