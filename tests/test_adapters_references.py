@@ -8,8 +8,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tflabench import families
 from tflabench.bench import references
 from tflabench.core import FAMILIES, SweepPoint
+from tflabench.families import (
+    gla,
+    lightning,
+    mamba2_ssd,
+    power_attention,
+    simple_gla,
+    softmax_attention,
+)
 
 B, T, H, K, V = 2, 24, 3, 8, 5
 POINT = SweepPoint(batch=B, seq_len=T, heads=H, head_dim_qk=K, head_dim_v=V, chunk_size=8, dtype="float64")
@@ -39,9 +48,9 @@ def test_first_token_of_every_linear_family_is_scaled_qk_times_v():
     expected = 0.5 * qk0 * v[:, 0]
     g = log_gate(B, T, H, seed=5)
     outputs = {
-        "gla": references.gla(q, k, v, log_gate(B, T, H, K, seed=6), scale=0.5),
-        "simple_gla": references.simple_gla(q, k, v, g, scale=0.5),
-        "lightning": references.lightning(q, k, v, -torch.rand(H, dtype=torch.float64), scale=0.5),
+        "gla": gla.reference(q, k, v, log_gate(B, T, H, K, seed=6), scale=0.5),
+        "simple_gla": simple_gla.reference(q, k, v, g, scale=0.5),
+        "lightning": lightning.reference(q, k, v, -torch.rand(H, dtype=torch.float64), scale=0.5),
     }
     for family, output in outputs.items():
         assert torch.allclose(output[:, 0], expected), family
@@ -49,15 +58,15 @@ def test_first_token_of_every_linear_family_is_scaled_qk_times_v():
 
 def test_first_token_of_softmax_and_power_attention_is_v0():
     q, k, v = qkv()
-    assert torch.allclose(references.softmax_attention(q, k, v, scale=K**-0.5)[:, 0], v[:, 0])
-    power = references.power_attention(q, k, v, log_gate(B, T, H, seed=3), degree=2, scale=K**-0.5)
+    assert torch.allclose(softmax_attention.reference(q, k, v, scale=K**-0.5)[:, 0], v[:, 0])
+    power = power_attention.reference(q, k, v, log_gate(B, T, H, seed=3), degree=2, scale=K**-0.5)
     assert torch.allclose(power[:, 0], v[:, 0])
 
 
 def test_second_token_of_simple_gla_decays_the_first_by_exp_g():
     q, k, v = qkv()
     g = log_gate(B, T, H, seed=4)
-    out = references.simple_gla(q, k, v, g, scale=1.0)
+    out = simple_gla.reference(q, k, v, g, scale=1.0)
     dot = lambda i, j: (q[:, i] * k[:, j]).sum(-1, keepdim=True)  # noqa: E731
     expected = g[:, 1, :, None].exp() * dot(1, 0) * v[:, 0] + dot(1, 1) * v[:, 1]
     assert torch.allclose(out[:, 1], expected)
@@ -66,7 +75,7 @@ def test_second_token_of_simple_gla_decays_the_first_by_exp_g():
 def test_first_step_of_mamba2_ssd():
     x, dt, A = randn(B, T, H, V, seed=0), F.softplus(randn(B, T, H, seed=1)), -randn(H, seed=2).exp()
     Bm, Cm = randn(B, T, 1, K, seed=3), randn(B, T, 1, K, seed=4)
-    y = references.mamba2_ssd(x, dt, A, Bm, Cm)
+    y = mamba2_ssd.reference(x, dt, A, Bm, Cm)
     expected = (Cm[:, 0] * Bm[:, 0]).sum(-1, keepdim=True) * dt[:, 0, :, None] * x[:, 0]
     assert torch.allclose(y[:, 0], expected)
 
@@ -75,8 +84,8 @@ def test_softmax_attention_matches_torch_sdpa_in_float64_with_dqk_not_dv():
     q, k, v = qkv()
     expected = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True)
     expected = expected.transpose(1, 2)
-    assert close(references.softmax_attention(q, k, v, scale=K**-0.5), expected)
-    assert not close(references.softmax_attention(q, k, v, scale=K**-0.5, causal=False), expected, tol=1e-2)
+    assert close(softmax_attention.reference(q, k, v, scale=K**-0.5), expected)
+    assert not close(softmax_attention.reference(q, k, v, scale=K**-0.5, causal=False), expected, tol=1e-2)
 
 
 # ---------------------------------------------------------------------------------------------- causality
@@ -101,15 +110,15 @@ def test_outputs_do_not_depend_on_future_tokens(family):
 def test_gla_with_a_gate_constant_over_keys_is_simple_gla():
     q, k, v = qkv()
     g = log_gate(B, T, H, seed=7)
-    assert close(references.gla(q, k, v, g[..., None].expand(-1, -1, -1, K), scale=0.3),
-                 references.simple_gla(q, k, v, g, scale=0.3))
+    assert close(gla.reference(q, k, v, g[..., None].expand(-1, -1, -1, K), scale=0.3),
+                 simple_gla.reference(q, k, v, g, scale=0.3))
 
 
 def test_lightning_is_simple_gla_with_a_constant_gate():
     q, k, v = qkv()
-    log_decay = -references.alibi_slopes(H)
-    assert close(references.lightning(q, k, v, log_decay, scale=1.0),
-                 references.simple_gla(q, k, v, log_decay.expand(B, T, H), scale=1.0))
+    log_decay = -lightning.alibi_slopes(H)
+    assert close(lightning.reference(q, k, v, log_decay, scale=1.0),
+                 simple_gla.reference(q, k, v, log_decay.expand(B, T, H), scale=1.0))
 
 
 def test_mamba2_ssd_is_simple_gla_with_q_c_k_b_v_dt_x_g_a_dt():
@@ -117,8 +126,8 @@ def test_mamba2_ssd_is_simple_gla_with_q_c_k_b_v_dt_x_g_a_dt():
     x, dt = randn(B, T, heads, V, seed=0), F.softplus(randn(B, T, heads, seed=1))
     A, Bm, Cm = -randn(heads, seed=2).exp(), randn(B, T, groups, K, seed=3), randn(B, T, groups, K, seed=4)
     per_head = lambda m: m.repeat_interleave(heads // groups, dim=2)  # noqa: E731
-    expected = references.simple_gla(per_head(Cm), per_head(Bm), dt[..., None] * x, A * dt, scale=1.0)
-    assert close(references.mamba2_ssd(x, dt, A, Bm, Cm), expected)
+    expected = simple_gla.reference(per_head(Cm), per_head(Bm), dt[..., None] * x, A * dt, scale=1.0)
+    assert close(mamba2_ssd.reference(x, dt, A, Bm, Cm), expected)
 
 
 def tensor_power(x, degree):
@@ -135,17 +144,17 @@ def test_power_attention_is_normalized_simple_gla_on_tensor_power_features(degre
     g = log_gate(B, T, H, seed=8)
     scale = 0.7
     features_q, features_k = tensor_power(q, degree), tensor_power(k, degree)
-    numerator = references.simple_gla(features_q, features_k, v, g, scale=scale**degree)
-    denominator = references.simple_gla(features_q, features_k, torch.ones_like(v[..., :1]), g,
+    numerator = simple_gla.reference(features_q, features_k, v, g, scale=scale**degree)
+    denominator = simple_gla.reference(features_q, features_k, torch.ones_like(v[..., :1]), g,
                                         scale=scale**degree)
-    assert close(references.power_attention(q, k, v, g, degree=degree, scale=scale), numerator / denominator)
+    assert close(power_attention.reference(q, k, v, g, degree=degree, scale=scale), numerator / denominator)
 
 
 def test_mlstm_sig_without_normalizer_is_simple_gla_with_k_times_sigmoid_i():
     pytest.importorskip("tflabench.kernels.mlstm.reference")
     inputs = references.random_inputs("mlstm_sig", POINT, seed=3, normalize=False)
     q, k, v, i, f = (inputs[name].double() for name in ("q", "k", "v", "i", "f"))
-    expected = references.simple_gla(q, k * torch.sigmoid(i)[..., None], v, F.logsigmoid(f), scale=K**-0.5)
+    expected = simple_gla.reference(q, k * torch.sigmoid(i)[..., None], v, F.logsigmoid(f), scale=K**-0.5)
     assert close(references.reference_output("mlstm_sig", inputs), expected)
 
 
@@ -185,7 +194,7 @@ def test_random_inputs_with_a_seed_are_reproducible_and_fixed_constants_override
 
 
 def test_every_family_has_a_reference():
-    assert set(references._REFERENCES) == set(FAMILIES)
+    assert {families.family(name).name for name in FAMILIES} == set(FAMILIES)
 
 
 def test_reference_output_names_missing_inputs():
@@ -201,10 +210,10 @@ def test_relative_error_is_inf_for_a_shape_mismatch_and_nan_for_nan():
 
 
 def test_alibi_slopes_of_a_power_of_two_and_of_six_heads():
-    assert torch.allclose(references.alibi_slopes(8), torch.tensor([2.0**-h for h in range(1, 9)],
+    assert torch.allclose(lightning.alibi_slopes(8), torch.tensor([2.0**-h for h in range(1, 9)],
                                                                      dtype=torch.float64))
-    six = references.alibi_slopes(6)
-    four, eight = references.alibi_slopes(4), references.alibi_slopes(8)
+    six = lightning.alibi_slopes(6)
+    four, eight = lightning.alibi_slopes(4), lightning.alibi_slopes(8)
     assert torch.equal(six, torch.cat([four, eight[0::2][:2]]))
 
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tflabench.analysis import models
 from tflabench.analysis.models import kernel_cost
 from tflabench.core import FAMILIES
 from tflabench.errors import InputError
+from tflabench.families import mlstm, power_attention
 
 FIG5 = {"batch": 8, "seq_len": 8192, "heads": 8, "head_dim_qk": 256, "head_dim_v": 512}
 CHUNKS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -66,11 +66,11 @@ def test_table_r7_forward_memory():
     published_gb = (6.21, 4.06, 2.98, 2.44, 2.17, 2.04, 1.97)
     flush_buffer = 256e6
     for L, model, published in zip(CHUNKS[2:], model_gb, published_gb, strict=True):
-        got = (models.mlstm_forward_memory_bytes("sig", **FIG5, chunk_size=L) + flush_buffer) / 1e9
+        got = (mlstm.mlstm_forward_memory_bytes("sig", **FIG5, chunk_size=L) + flush_buffer) / 1e9
         assert got == pytest.approx(model, abs=0.005), L
         assert got == pytest.approx(published, abs=0.02), L
-    exp = models.mlstm_forward_memory_bytes("exp", **FIG5, chunk_size=64)
-    sig = models.mlstm_forward_memory_bytes("sig", **FIG5, chunk_size=64)
+    exp = mlstm.mlstm_forward_memory_bytes("exp", **FIG5, chunk_size=64)
+    sig = mlstm.mlstm_forward_memory_bytes("sig", **FIG5, chunk_size=64)
     # exp also stores n, m per state and the per-step denominator and m_comb (§4.8)
     assert exp - sig == pytest.approx(8 * 8 * 4 * (129 * (256 + 1) + 2 * 8192))
 
@@ -158,7 +158,7 @@ def problems(draw):
         "causal_factor": draw(st.floats(0.5, 1.0)),
     }
     if family.startswith("mlstm"):
-        kwargs["formulation"] = draw(st.sampled_from(models.FORMULATIONS))
+        kwargs["formulation"] = draw(st.sampled_from(mlstm.FORMULATIONS))
     if family == "power_attention":
         kwargs["degree"] = draw(st.integers(1, 4))
     return family, kwargs
@@ -232,11 +232,11 @@ def test_cross_family_mappings():
     ],
 )
 def test_power_attention_expanded_dimension(head_dim, degree, expansion, expected):
-    assert models.power_expanded_dim(head_dim, degree, expansion) == expected
+    assert power_attention.expanded_dim(head_dim, degree, expansion) == expected
 
 
 def test_power_attention_state_size_and_cost():
-    assert models.power_state_size(64, 64, 2, "spow") == 2080 * 65
+    assert power_attention.state_size(64, 64, 2, "spow") == 2080 * 65
     cost = kernel_cost(
         "power_attention",
         batch=1,

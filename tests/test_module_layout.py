@@ -5,6 +5,8 @@ dependency).
 """
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import tflabench
@@ -103,3 +105,14 @@ def test_analysis_does_not_import_bench():
 
 def test_core_imports_no_tflabench_module():
     assert _import_graph()["tflabench.core"] == set()
+
+
+def test_the_cost_models_need_no_torch():
+    """The analysis commands start without torch: the families import it only for references and inputs."""
+    script = ("import sys, tflabench.cli\n"
+              "from tflabench.analysis.models import kernel_cost\n"
+              "from tflabench.core import FAMILIES\n"
+              "for name in FAMILIES:\n"
+              "    kernel_cost(name, batch=1, seq_len=256, heads=2, head_dim_qk=64, head_dim_v=64)\n"
+              "assert 'torch' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", script], check=True)

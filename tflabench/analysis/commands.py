@@ -13,10 +13,10 @@ from rich.table import Table
 from tflabench.analysis import hardware
 from tflabench.analysis import optimal_chunk as oc
 from tflabench.analysis.hardware import GPU, Ceilings
-from tflabench.analysis.models import MLSTM_VARIANTS
 from tflabench.analysis.roofline import RooflinePoint, roofline_point
 from tflabench.core import FAMILIES, PEAK_DTYPE_BYTES
 from tflabench.errors import InputError
+from tflabench.families.mlstm import MLSTM_VARIANTS
 
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256,512,1024,2048,4096"
 _CHUNKLESS_FAMILIES = ("softmax_attention",)

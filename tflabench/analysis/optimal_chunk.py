@@ -16,8 +16,8 @@ import math
 import numbers
 
 from tflabench.analysis.hardware import Ceilings
-from tflabench.analysis.models import mlstm_chunk_byte_coefficients, mlstm_chunk_flop_coefficients
 from tflabench.errors import InputError
+from tflabench.families.mlstm import mlstm_chunk_byte_coefficients, mlstm_chunk_flop_coefficients
 
 VARIANTS = ("sig", "exp")
 QKV_BYTES = 2

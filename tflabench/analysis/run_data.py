@@ -316,12 +316,13 @@ class ChunkOptimum:
 
 def chunk_optima(run: Run, sweeps: Iterable[ChunkSweep] | None = None) -> list[ChunkOptimum]:
     """Measured and theoretical optimal chunk size of every mLSTM chunk sweep of the run."""
-    from tflabench.analysis import models, optimal_chunk
+    from tflabench.analysis import optimal_chunk
+    from tflabench.families.mlstm import MLSTM_VARIANTS
 
     ceilings = model_ceilings(run)
     optima = []
     for sweep in chunk_sweeps(run) if sweeps is None else sweeps:
-        variant = models.MLSTM_VARIANTS.get(sweep.family)
+        variant = MLSTM_VARIANTS.get(sweep.family)
         if variant is None:
             continue
         best = sweep.best

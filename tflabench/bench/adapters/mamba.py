@@ -7,9 +7,9 @@ only the submodules are executed. In such a process `import mamba_ssm` gives tha
 
 Mamba2 SSD: the point's head_dim_qk is the state size N, head_dim_v the head dim P; one group of B and C
 (ngroups = 1, the Mamba2 modules' default); the step dt is passed already positive (``dt_softplus=False``)
-and D is not used, so the kernel computes exactly the SSD of `references.mamba2_ssd`. The output is the bare
-tensor the kernel returns without ``return_final_states`` (never ``[0]``, baselines.md §12). Non-power-of-2
-chunk sizes gave NaN upstream (mamba#449) and are skipped.
+and D is not used, so the kernel computes exactly the SSD of `tflabench.families.mamba2_ssd.reference`.
+The output is the bare tensor the kernel returns without ``return_final_states`` (never ``[0]``,
+docs/reference/peers.md#mamba2). Non-power-of-2 chunk sizes gave NaN upstream (mamba#449) and are skipped.
 
 Mamba-1 selective scan is GLA with one head per channel (baselines.md §8, exact): channel d of state size N
 has q = C_t, k = B_t, v = dt_t[d] u_t[d], per-state log decay g = dt_t[d] A[d, :] and scale 1. A point maps

@@ -1,0 +1,8 @@
+"""mLSTM with the sigmoid input gate (mLSTMsig): see `tflabench.families.mlstm`.
+
+docs/reference/mlstm-math.md#exponential-and-sigmoid-forms
+"""
+
+from tflabench.families.mlstm import mlstm_family
+
+FAMILY = mlstm_family("mlstm_sig")
