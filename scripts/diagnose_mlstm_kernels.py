@@ -63,7 +63,8 @@ def _direct_check(kernel: str, shape: tuple[int, ...], dtype: str, gate_dtype: s
     from tflabench.bench import references
     from tflabench.bench.adapters import mlstm_kernels as adapter
     from tflabench.bench.adapters._common import check_mapping
-    from tflabench.bench.registry import SweepPoint, get_kernel
+    from tflabench.bench.registry import get_kernel
+    from tflabench.core import SweepPoint
 
     family = get_kernel(kernel).family
     fixed = {"normalize": False} if family == "mlstm_sig" else {}
@@ -107,7 +108,8 @@ def _repeat_check(kernel: str, device: str, shape: tuple[int, ...] | None) -> No
     from tflabench.bench import references
     from tflabench.bench.adapters import mlstm_kernels as adapter
     from tflabench.bench.adapters._common import CHECK_POINT, _prepared
-    from tflabench.bench.registry import SweepPoint, get_kernel
+    from tflabench.bench.registry import get_kernel
+    from tflabench.core import SweepPoint
 
     family = get_kernel(kernel).family
     fixed = {"normalize": False} if family == "mlstm_sig" else {}
@@ -137,7 +139,8 @@ def _spec_repeat_check(kernel: str, device: str, shape: tuple[int, ...] | None) 
     """Within one process: the harness's check (two calls each, on fresh inputs) three times, at the check
     size or at ``shape``'s heads, head dims and chunk size; for any registered kernel (the repeat probe
     needs mlstm_kernels' mappings)."""
-    from tflabench.bench.registry import SweepPoint, get_kernel
+    from tflabench.bench.registry import get_kernel
+    from tflabench.core import SweepPoint
 
     configuration = SweepPoint(*shape) if shape else None
     dtype = "bfloat16" if device == "cuda" else "float32"

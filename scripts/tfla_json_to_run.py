@@ -1,7 +1,7 @@
 """Convert the side-by-side GPU benchmark (scripts/bench_tfla_vs_reference.py's results.json) into a
 harness run directory, so that `tflabench plot` and `tflabench report` draw it like a sweep.
 
-Writes ``<dest>/results.csv`` (the columns of `tflabench.bench.schema.COLUMNS`, one row per kernel x chunk
+Writes ``<dest>/results.csv`` (the columns of `tflabench.schema.COLUMNS`, one row per kernel x chunk
 size x mode) and ``<dest>/meta.json`` (the benchmark's provenance). Kernel names become the registry's
 (``tflabench.sig.xl_chunk`` -> ``tflabench.mlstm_sig.xl_chunk``). Our kernels were timed under several
 tilings; one tiling is kept per point (default ``state-bl128``: the benchmark's default tiling with the
@@ -23,8 +23,10 @@ from typing import Any
 
 from tflabench import __version__
 from tflabench.analysis.hardware import Ceilings, datasheet_ceilings
-from tflabench.bench.registry import SweepPoint, get_kernel
-from tflabench.bench.results import META_FILE, RESULTS_FILE, Derivation, ResultsWriter, make_row, write_meta
+from tflabench.bench.derived import Derivation
+from tflabench.bench.registry import get_kernel
+from tflabench.bench.results import META_FILE, RESULTS_FILE, ResultsWriter, make_row, write_meta
+from tflabench.core import SweepPoint
 
 RUN_NAME = "tfla-vs-reference"
 DEVICE = "cuda"

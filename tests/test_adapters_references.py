@@ -1,5 +1,6 @@
 """The float64 family references (tflabench.bench.references): first-token values by hand, causality, and
-the families against each other through the cross-check mappings of baselines.md §14."""
+the families against each other through the cross-check mappings of
+docs/reference/peers.md#cross-checks."""
 
 import itertools
 import math
@@ -106,7 +107,7 @@ def test_outputs_do_not_depend_on_future_tokens(family):
     assert not torch.allclose(perturbed[:, T // 2:], output[:, T // 2:])
 
 
-# --------------------------------------------------------------------------------- §14 cross-check mappings
+# ------------------------------------------------------------------------------------ cross-check mappings
 def test_gla_with_a_gate_constant_over_keys_is_simple_gla():
     q, k, v = qkv()
     g = log_gate(B, T, H, seed=7)

@@ -23,7 +23,7 @@ def test_database_has_every_contract_gpu_with_all_peaks_and_a_source():
 
 @pytest.mark.parametrize(
     ("name", "ridge"),
-    # mlstm-tfla.md §12: I_acc = alpha / beta
+    # hardware table: I_acc = alpha / beta
     [
         ("v100", 133.33),
         ("a100", 161.24),

@@ -71,7 +71,7 @@ def test_table_r7_forward_memory():
         assert got == pytest.approx(published, abs=0.02), L
     exp = mlstm.mlstm_forward_memory_bytes("exp", **FIG5, chunk_size=64)
     sig = mlstm.mlstm_forward_memory_bytes("sig", **FIG5, chunk_size=64)
-    # exp also stores n, m per state and the per-step denominator and m_comb (§4.8)
+    # exp also stores n, m per state and the per-step denominator and m_comb (mlstm-math.md#memory)
     assert exp - sig == pytest.approx(8 * 8 * 4 * (129 * (256 + 1) + 2 * 8192))
 
 
@@ -201,7 +201,7 @@ def test_cross_family_mappings():
     simple = kernel_cost("simple_gla", **shape, causal_factor=1.0)
     # GLA with sub-chunk = chunk computes dense blocks: the simple-GLA count at F_c = 1
     assert kernel_cost("gla", **shape, sub_chunk_size=64).flops == simple.flops
-    # Mamba2 SSD with one group per head and F_c = 1 is simple GLA with K = N, V = P (baselines.md §7.4)
+    # Mamba2 SSD with one group per head and F_c = 1 is simple GLA with K = N, V = P (peers.md#cross-checks)
     assert kernel_cost("mamba2_ssd", **shape, causal_factor=1.0, ngroups=4).flops == simple.flops
     # FLA lightning = simple GLA without the gate tensor (fp32 scalar gate: 4 bytes per step)
     lightning = kernel_cost("lightning", **shape, causal_factor=1.0)

@@ -1,4 +1,5 @@
-"""Optimal chunk size, Eq. 116 runtimes and crossovers against mlstm-tfla.md §13 (Tables R1-R5)."""
+"""Optimal chunk size, Eq. 116 runtimes and crossovers against reference values
+(docs/reference/mlstm-math.md#optimal-chunk-size)."""
 
 import pytest
 from hypothesis import given

@@ -52,4 +52,4 @@ def test_fig19_memory_bound_below_the_crossover_and_compute_bound_above():
 def test_roofline_point_without_chunk_size():
     point = roofline_point("softmax_attention", H100, None, **FIG19)
     assert point.chunk_size is None
-    assert point.cost.intensity == pytest.approx(8192 / 4, rel=0.01)  # S / (2 s) in bf16 (baselines.md §2.3)
+    assert point.cost.intensity == pytest.approx(8192 / 4, rel=0.01)  # S / (2 s) in bf16 (peers.md)

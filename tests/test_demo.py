@@ -32,7 +32,7 @@ def test_demo_prints_every_step_as_a_command(demo_run):
     for number, command in enumerate(STEP_COMMANDS, start=1):
         assert f"{number}/{len(STEP_COMMANDS)}" in stdout
         assert f"$ tflabench {command}" in stdout
-    assert "633.5" in stdout  # Eq. 121 on an H100, d_hv = 512, p = 0.5, fp32 states (mlstm-tfla.md)
+    assert "633.5" in stdout  # Eq. 121 on an H100, d_hv = 512, p = 0.5, fp32 states
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-interpreter labelling")

@@ -4,9 +4,10 @@ The kernels run under the Triton interpreter (tests/conftest.py sets TRITON_INTE
 CUDA) in float32 on tiny shapes, through the public `tflabench.kernels.mlstm` (and `mlstm_xl_chunk` for the
 options the public entry point does not expose: a `Tiling`, ``recompute_states_in_bw``). The oracle is
 `mlstm_recurrent` in float64 with the kernels' gradient convention (``detach_normalizer=True``: no gradient
-through the max states and the denominator, spec §5.1). Every test draws fresh inputs from its own seeded
-generator; the loss is sum(h * dh) + sum(C_T * dC) with random cotangents, so every gradient (dq, dk, dv,
-di, df and dC0, the gradient of the initial C) includes the path through the final state.
+through the max states and the denominator, docs/reference/mlstm-math.md#gradient-convention). Every test
+draws fresh inputs from its own seeded generator; the loss is sum(h * dh) + sum(C_T * dC) with random
+cotangents, so every gradient (dq, dk, dv, di, df and dC0, the gradient of the initial C) includes the path
+through the final state.
 
 Error measure: the relative Frobenius error ||x - x_ref|| / ||x_ref|| of each tensor (h, the final state
 C, n, m, and the gradients; the absolute error where x_ref = 0). Measured in float32 over all tests: h
@@ -241,7 +242,7 @@ def test_matches_reference_for_other_head_dims(variant, normalize, head_dim_qk, 
 
 @pytest.mark.parametrize("variant, normalize", [("exp", None), ("sig", True)], ids=["exp", "sig-normalized"])
 def test_matches_reference_with_a_large_eps(variant, normalize):
-    """eps = 0.5 makes the placement of eps (after the max, §2.1) visible in h; at 1e-6 it is not."""
+    """eps = 0.5 makes the placement of eps (after the max) visible in h; at 1e-6 it is not."""
     problem = make_problem(seed=5)
     cell = dict(variant=variant, normalize=normalize, eps=0.5)
     kernel = run_kernel(problem, **cell, algorithm="xl_chunk", chunk_size=16)

@@ -28,22 +28,22 @@ MODULES = {_module_name(path): path for path in PACKAGE_ROOT.rglob("*.py")}
 
 
 def _imported_modules(path: Path) -> set[str]:
-    """The tflabench modules that ``path`` imports (``from package import module`` names the module)."""
+    """The tflabench modules that ``path`` imports (``from package import module`` names the module, not
+    the package)."""
     imported = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            imported.add(node.module)
-            imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                imported.add(submodule if submodule in MODULES else node.module)
     return {name for name in imported if name in MODULES and name.startswith("tflabench.")}
 
 
 def _import_graph() -> dict[str, set[str]]:
-    """module -> the modules it imports; package ``__init__`` modules left out (they import nothing)."""
-    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
-    return {name: _imported_modules(path) - packages
-            for name, path in MODULES.items() if name not in packages}
+    """module -> the tflabench modules it imports (a package's ``__init__`` is the package's name)."""
+    return {name: _imported_modules(path) for name, path in MODULES.items()}
 
 
 def _circles(graph: dict[str, set[str]]) -> list[set[str]]:

@@ -1,5 +1,5 @@
-"""The TFLA paper's published numbers (paper-benchmarks.md §9), their comparison with a run, and the report
-section that shows it (fixture runs tests/fixtures/h100_paper and tests/fixtures/h200_small)."""
+"""The TFLA paper's published numbers (docs/reference/paper-numbers.md), their comparison with a run, and
+the report section that shows it (fixture runs tests/fixtures/h100_paper and tests/fixtures/h200_small)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tflabench.bench.registry import all_kernels
 from tflabench.cli import main
 from tflabench.schema import COLUMNS
 
-DOCUMENT = Path(__file__).resolve().parents[2] / "shared" / "design" / "paper-benchmarks.md"
+DOCUMENT = Path(__file__).resolve().parents[1] / paper_numbers.DOCUMENT
 FIXTURES = Path(__file__).parent / "fixtures"
 H100_RUN = FIXTURES / "h100_paper"
 H200_RUN = FIXTURES / "h200_small"
@@ -54,18 +54,28 @@ def table_cells(line: str) -> tuple[str, list[float | None]]:
 
 # ------------------------------------------------------------------------ the numbers against the text
 
-#: Rows copied from paper-benchmarks.md §9 (section, line).
+#: Anchors of the document's tables of published numbers
+FIG4_FORWARD = "#fig-4-forward-runtimes"
+FIG4_TRAINING = "#fig-4-training-runtimes"
+FIG4_MEMORY = "#fig-4-peak-memory"
+FIG5_TABLE = "#fig-5-chunk-sizes"
+FIG12_TABLE = "#fig-12-fla-kernels"
+FIG13_TABLE = "#fig-13-lightningattention-2"
+FIG14_TABLE = "#fig-14-head-dimensions"
+
+#: Rows copied from the document (section, line).
 QUOTED_ROWS = (
-    ("§9.1", "| mLSTMsig xl_chunk cs128 | 4.41 | 4.38 | 4.37 | 4.36 | 4.39 | 4.40 | 4.43 | 5.21 |"),
-    ("§9.1", "| Torch FA2 (32×128, non-causal) | 2.46 | 3.95 | 6.88 | 12.80 | 24.62 | 48.28 | 103.23 "
-             "| 206.59 |"),
-    ("§9.2", "| cuDNN FA2 (non-causal) | 12.50 | 14.58 | 19.17 | 30.83 | 56.30 | 112.73 | 222.13 | 447.15 |"),
-    ("§9.2", "| Mamba 2 (64 heads) | 28.10 | 28.13 | 28.04 | 28.01 | 26.95 | 27.32 | 26.78 | 26.86 |"),
-    ("§9.4", "| Simple GLA chunk | 3.01 | 8.93 |"),
-    ("§9.5", "| 256 | **18.89** | 6.78 | **6.30** | 2.98 |"),
-    ("§9.6", "| mLSTMexp xl cs256 | 21.37 | 6.78 |"),
-    ("§9.7", "| LightningAttention2 64 × 64 | 20.71 | 6.16 |"),
-    ("§9.8", "| chunk_simple_gla | – | – | 8.78 | 10.85 | 15.66 | 28.89 |"),
+    (FIG4_FORWARD, "| mLSTMsig xl_chunk cs128 | 4.41 | 4.38 | 4.37 | 4.36 | 4.39 | 4.40 | 4.43 | 5.21 |"),
+    (FIG4_FORWARD, "| Torch FA2 (32×128, non-causal) | 2.46 | 3.95 | 6.88 | 12.80 | 24.62 | 48.28 | 103.23 "
+                   "| 206.59 |"),
+    (FIG4_TRAINING, "| cuDNN FA2 (non-causal) | 12.50 | 14.58 | 19.17 | 30.83 | 56.30 | 112.73 | 222.13 "
+                    "| 447.15 |"),
+    (FIG4_TRAINING, "| Mamba 2 (64 heads) | 28.10 | 28.13 | 28.04 | 28.01 | 26.95 | 27.32 | 26.78 | 26.86 |"),
+    (FIG4_MEMORY, "| Simple GLA chunk | 3.01 | 8.93 |"),
+    (FIG5_TABLE, "| 256 | **18.89** | 6.78 | **6.30** | 2.98 |"),
+    (FIG12_TABLE, "| mLSTMexp xl cs256 | 21.37 | 6.78 |"),
+    (FIG13_TABLE, "| LightningAttention2 64 × 64 | 20.71 | 6.16 |"),
+    (FIG14_TABLE, "| chunk_simple_gla | – | – | 8.78 | 10.85 | 15.66 | 28.89 |"),
 )
 
 
@@ -93,8 +103,8 @@ def test_every_number_carries_its_configuration_gpu_and_source():
     assert (cudnn_8k.value, cudnn_8k.batch, cudnn_8k.heads, cudnn_8k.head_dim_qk, cudnn_8k.head_dim_v) == (
         13.99, 8, 32, 128, 128)
     assert cudnn_8k.causal is False and cudnn_8k.gpu == "NVIDIA H100 80GB"
-    assert cudnn_8k.source == "TFLA paper Fig. 4, paper-benchmarks.md §9.1"
-    assert {n.kernel.label for n in PUBLISHED if not n.causal} == {TORCH_FA2.label, CUDNN_FA2.label}  # §1.4
+    assert cudnn_8k.source == f"TFLA paper Fig. 4, docs/reference/paper-numbers.md{FIG4_FORWARD}"
+    assert {n.kernel.label for n in PUBLISHED if not n.causal} == {TORCH_FA2.label, CUDNN_FA2.label}
     assert FA3.causal and all(n.gpu == paper_numbers.PAPER_GPU for n in PUBLISHED)
     fig4 = [n for n in PUBLISHED if n.figure == "Fig. 4"]
     assert {n.batch * n.seq_len for n in fig4} == {65536}
@@ -104,21 +114,24 @@ def test_every_number_carries_its_configuration_gpu_and_source():
 
 
 def _document_sections() -> dict[str, list[str]]:
-    """Table rows (header and separator dropped) of each ``### 9.x`` section of the document."""
+    """Table rows (header and separator dropped) of each ``###`` section of the document's published
+    numbers, by the section's anchor."""
     sections: dict[str, list[str]] = {}
     current = None
+    published = False
     for line in DOCUMENT.read_text().splitlines():
-        if line.startswith("### ") or line.startswith("## "):
-            match = re.match(r"### (9\.\d)", line)
-            current = f"§{match.group(1)}" if match else None
-            if current:
-                sections[current] = []
+        if line.startswith("## "):
+            published = line == "## Published numbers"
+            current = None
+        elif line.startswith("### ") and published:
+            current = "#" + re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", line[4:]).strip().lower())
+            sections[current] = []
         elif current and line.startswith("|"):
             sections[current].append(line)
     return {name: rows[2:] for name, rows in sections.items()}
 
 
-#: Row labels of the document's Fig. 4 tables (§9.1, §9.2, §9.4) start with these, in _FIG4 order.
+#: Row labels of the document's Fig. 4 tables (runtimes and peak memory) start with these, in _FIG4 order.
 FIG4_ROW_PREFIXES = ("Torch FA2", "cuDNN FA2", "FA3", "GLA chunk", "Simple GLA chunk", "Mamba", "Mamba 2",
                      "mLSTMexp limit", "mLSTMexp xl", "mLSTMsig xl")
 FIG12_ROW_LABELS = ("chunk_gla", "fused_chunk_gla", "chunk_simple_gla", "mLSTMexp limit cs64",
@@ -139,27 +152,27 @@ def _check_rows(rows: list[str], labels, expected_rows) -> int:
     return count
 
 
-@pytest.mark.skipif(not DOCUMENT.is_file(), reason="the design documents are not next to the repository")
 def test_every_published_number_equals_its_cell_in_the_document():
     sections = _document_sections()
     fig4_kernels = [entry[0] for entry in paper_numbers._FIG4]
     count = sum(
         _check_rows(sections[section], FIG4_ROW_PREFIXES,
                     [published("Fig. 4", quantity, kernel=kernel, **mode) for kernel in fig4_kernels])
-        for section, quantity, mode in (("§9.1", "time_ms", {"mode": "fwd"}),
-                                        ("§9.2", "time_ms", {"mode": "fwdbw"}), ("§9.4", "peak_gb", {}))
+        for section, quantity, mode in ((FIG4_FORWARD, "time_ms", {"mode": "fwd"}),
+                                        (FIG4_TRAINING, "time_ms", {"mode": "fwdbw"}),
+                                        (FIG4_MEMORY, "peak_gb", {}))
     )
-    chunks = [int(table_cells(line)[0]) for line in sections["§9.5"]]
-    count += _check_rows(sections["§9.5"], [str(chunk) for chunk in chunks],
+    chunks = [int(table_cells(line)[0]) for line in sections[FIG5_TABLE]]
+    count += _check_rows(sections[FIG5_TABLE], [str(chunk) for chunk in chunks],
                          [published("Fig. 5", None, chunk_size=chunk) for chunk in chunks])
     fig12 = [n.value for n in PUBLISHED if n.figure == "Fig. 12"]
     fig12_rows = [fig12[i:i + 2] for i in range(0, len(fig12), 2)]
-    count += _check_rows(sections["§9.6"], FIG12_ROW_LABELS, fig12_rows)
-    lightning = [line for line in sections["§9.7"] if line.startswith("| LightningAttention2")]
+    count += _check_rows(sections[FIG12_TABLE], FIG12_ROW_LABELS, fig12_rows)
+    lightning = [line for line in sections[FIG13_TABLE] if line.startswith("| LightningAttention2")]
     fig13 = [n.value for n in PUBLISHED if n.figure == "Fig. 13"]
     count += _check_rows(lightning, ["LightningAttention2 32 × 128", "LightningAttention2 64 × 64"],
                          [fig13[:2], fig13[2:]])
-    count += _check_rows(sections["§9.8"], FIG14_ROW_LABELS,
+    count += _check_rows(sections[FIG14_TABLE], FIG14_ROW_LABELS,
                          [published("Fig. 14", kernel=kernel, chunk_size=chunk)
                           for kernel, chunk, _ in paper_numbers._FIG14])
     assert count == len(PUBLISHED) == 260
@@ -208,7 +221,7 @@ def test_a_matching_row_gives_measured_published_and_their_ratio():
         "Fig. 4", "mLSTMsig (TFLA xl_chunk)", 3.9, 4.39)
     assert row.ratio == pytest.approx(3.9 / 4.39, rel=1e-12)
     assert row.measured_peak_gb == pytest.approx(1500 * 2**20 / 1e9) and row.published_peak_gb == 2.97
-    assert row.source == "TFLA paper Fig. 4, paper-benchmarks.md §9.1"
+    assert row.source == f"TFLA paper Fig. 4, docs/reference/paper-numbers.md{FIG4_FORWARD}"
     assert row.difference == (
         "tflabench 2.0 here, mlstm_kernels TFLA kernels (version not recorded) in the paper")
 

@@ -159,7 +159,7 @@ def test_optimal_chunk_plot_reproduces_eq_121_and_overlays_the_measured_optima(r
     h100_name = hardware.get_gpu("h100").name
     h100 = next(line for line in half.get_lines() if line.get_label().startswith(h100_name))
     at_512 = np.argmin(np.abs(h100.get_xdata() - 512))
-    assert h100.get_ydata()[at_512] == pytest.approx(633.5, abs=0.1)  # mlstm-tfla.md Table R2
+    assert h100.get_ydata()[at_512] == pytest.approx(633.5, abs=0.1)  # Eq. 121
     measured = [line for line in half.get_lines() if line.get_label().startswith("measured optimum")]
     assert len(measured) == 4  # sig and exp, fwd and fwdbw
     assert all(line.get_ydata()[0] == 256 for line in measured)

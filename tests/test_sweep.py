@@ -53,7 +53,8 @@ FIG4_KERNELS = registry(
 def test_fig4_preset_constant_tokens_and_per_family_heads():
     jobs = expand(load_preset("tfla-fig4"), FIG4_KERNELS)
     assert len(jobs) == 5 * 8 * 2 and all(job.status is None for job in jobs)
-    expected = {  # (heads, head_dim_qk, head_dim_v, chunk) per kernel, paper-benchmarks.md §2.1
+    # (heads, head_dim_qk, head_dim_v, chunk) per kernel, docs/reference/paper-numbers.md#fig-4-configuration
+    expected = {
         "ours.mlstm_sig.xl_chunk": (16, 128, 256, 128),
         "ours.mlstm_exp.limit_chunk": (16, 128, 256, 64),
         "sdpa.flash": (32, 128, 128, None),

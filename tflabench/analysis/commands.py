@@ -270,7 +270,8 @@ def _print_optimal_chunk(console: Console, report: dict, admissible: list[int]) 
             "Eq. 116 at\nrunnable ms",
         ],
         left=("variant",),
-        caption="sig: Eq. 111 and Eq. 121; exp: the same recipe with the exp counts (mlstm-tfla.md 11.3)",
+        caption="sig: Eq. 111 and Eq. 121; exp: the same recipe with the exp counts "
+                "(docs/reference/mlstm-math.md#optimal-chunk-size)",
     )
     for variant, result in report["variants"].items():
         summary.add_row(

@@ -1,9 +1,9 @@
 """Accelerator database: datasheet peaks and measured (calibrated) ceilings.
 
-Every entry keeps the dense (no 2:4 sparsity) peak FLOP/s per matmul dtype and the HBM bandwidth, with
-its source. The paper's Table 18 values are used where they exist so that its numbers reproduce
-(mlstm-tfla.md §12); ``a100-paper`` is the paper's A100 entry (1.935 TB/s, which is really the A100 80 GB
-PCIe figure) and ``a100-sxm`` the physical A100 SXM4 80 GB (2.039 TB/s).
+Every entry keeps the dense (no 2:4 sparsity) peak FLOP/s per matmul dtype and the HBM bandwidth, with its
+source. The paper's Table 18 values are used where they exist so that its numbers reproduce
+(docs/reference/mlstm-math.md#hardware-table); ``a100-paper`` is the paper's A100 entry (1.935 TB/s, which is
+really the A100 80 GB PCIe figure) and ``a100-sxm`` the physical A100 SXM4 80 GB (2.039 TB/s).
 
 Measured ceilings (``tflabench calibrate``) are JSON files ``results/calibration/<gpu key>.json`` in the
 repository (committed, so rooflines are reproducible); the directory can be moved with the environment

@@ -1,4 +1,5 @@
-"""Optimal chunk size of the chunkwise mLSTM kernels (TFLA paper F.5 and G.4; mlstm-tfla.md §11).
+"""Optimal chunk size of the chunkwise mLSTM kernels (TFLA paper F.5 and G.4;
+docs/reference/mlstm-math.md#optimal-chunk-size).
 
 Per head and chunk, FLOPs are F(L) = c2 L^2 + c1 L + c0 (Table 17, printed) and bytes M(L) = m1 L + m0
 (Table 9), so the additive runtime (Eq. 116) of a sequence is tau(L) = (T/L)(F(L)/alpha + M(L)/beta) and
@@ -6,8 +7,9 @@ Per head and chunk, FLOPs are F(L) = c2 L^2 + c1 L + c0 (Table 17, printed) and 
     L* = sqrt((c0 + I_acc m0) / c2),    I_acc = alpha / beta.
 
 With I_acc = 0 this is the FLOP-optimal chunk size (Eq. 111); for mLSTMsig it is Eq. 121, for mLSTMexp the
-§11.3 variant. d_qk = qk_ratio * d_hv; gates and q/k/v are 2-byte (App. G: b_if = b_qkv = 2). L* does not
-depend on T, batch or heads, and the closed form exists only under the additive model.
+mLSTMexp variant of the same recipe. d_qk = qk_ratio * d_hv; gates and q/k/v are 2-byte (App. G:
+b_if = b_qkv = 2). L* does not depend on T, batch or heads, and the closed form exists only under the
+additive model.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def runtime_optimal_chunk(
     state_bytes: float = 4,
     causal_factor: float = 0.5,
 ) -> float:
-    """Runtime-optimal chunk size L* under the additive model: Eq. 121 (sig) or §11.3 (exp)."""
+    """Runtime-optimal chunk size L* under the additive model: Eq. 121 (sig) or its mLSTMexp variant."""
     (c2, _, c0), (_, m0) = _coefficients(variant, head_dim_v, qk_ratio, state_bytes, causal_factor)
     return math.sqrt((c0 + ceilings.ridge * m0) / c2)
 
@@ -111,7 +113,8 @@ def intensity_crossover_chunk(
 
 
 def admissible_chunk_sizes(seq_len: int) -> list[int]:
-    """Chunk sizes the TFLA kernels run: powers of two >= 64 that divide seq_len (mlstm-tfla.md §11.4)."""
+    """Chunk sizes the TFLA kernels run: powers of two >= 64 that divide seq_len
+    (docs/reference/mlstm-math.md#optimal-chunk-size)."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
         raise InputError(f"seq_len must be a positive integer, got {seq_len!r}")
     sizes = []

@@ -1,11 +1,11 @@
 """The TFLA paper's statements about its kernel benchmarks, checked against the measured rows of a run.
 
-Source: ``paper-benchmarks.md`` §2.3 (Fig. 4), §3 (Fig. 5) and §5 (Fig. 13), with the paper's own numbers
-from its data (§9). Each `Claim` looks for the rows it needs in the run (status ok, Fig. 4's 65,536-token
-configuration, or Fig. 5's chunk sweep) and says whether the statement holds there, with the measured
-numbers; a run without those rows leaves the claim out. A claim about our own mLSTM kernels is checked on
-the ``tflabench.*`` kernels (the paper's were mlstm_kernels'); one about FlashAttention uses FA3 when the
-run has it, else causal cuDNN attention.
+Source: docs/reference/paper-numbers.md#claims-checked-by-the-report (Figs. 4, 5 and 13), with the paper's own
+numbers from its data (docs/reference/paper-numbers.md#published-numbers). Each `Claim` looks for the rows it
+needs in the run (status ok, Fig. 4's 65,536-token configuration, or Fig. 5's chunk sweep) and says whether
+the statement holds there, with the measured numbers; a run without those rows leaves the claim out. A claim
+about our own mLSTM kernels is checked on the ``tflabench.*`` kernels (the paper's were mlstm_kernels'); one
+about FlashAttention uses FA3 when the run has it, else causal cuDNN attention.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The TFLA paper's published kernel benchmarks (H100 80GB) as data, and their comparison with a run.
 
-Source: ``paper-benchmarks.md`` §9 (the paper's result tables, shipped by the reference repository):
-Fig. 4 runtimes per sequence length (§9.1 forward, §9.2 forward+backward) and peak memory at T = 8192
-(§9.4), Fig. 5 chunk sizes (§9.5), Fig. 12 FLA kernels (§9.6), the LightningAttention2 rows of Fig. 13
-(§9.7; the mLSTM rows there do not state d_qk) and Fig. 14 head dims (§9.8). All of them: H100 80GB,
-PyTorch 2.5.1, Triton 3.1.0, bfloat16; runtimes are medians in ms, memory absolute peaks in GB (1e9 bytes).
+Source: docs/reference/paper-numbers.md#published-numbers (the paper's result tables, shipped by the
+reference repository): Fig. 4 runtimes per sequence length (forward and forward+backward) and peak memory at
+T = 8192, Fig. 5 chunk sizes, Fig. 12 FLA kernels, the LightningAttention2 rows of Fig. 13 (the mLSTM rows
+there do not state d_qk) and Fig. 14 head dims. All of them: H100 80GB, PyTorch 2.5.1, Triton 3.1.0,
+bfloat16; runtimes are medians in ms, memory absolute peaks in GB (1e9 bytes).
 
 `paper_comparison` matches the measured rows of a run to these numbers on kernel, mode, dtype, batch,
 sequence length, heads and head dims, and the chunk size of the kernels the paper publishes per chunk size
@@ -23,16 +23,16 @@ PAPER_GPU = "NVIDIA H100 80GB"
 PAPER_GPU_KEY = "h100-sxm"
 PAPER_TRITON = "3.1.0"
 PAPER_DTYPE = "bfloat16"
-DOCUMENT = "paper-benchmarks.md"
+DOCUMENT = "docs/reference/paper-numbers.md"
 #: joins the parts of a ``difference`` note (no part contains it)
 NOTE_SEPARATOR = "; "
 
 #: Differences between the paper's method and tflabench's that hold for every compared row.
 METHOD_NOTES = (
     "Timing: the paper's harness called `torch.cuda.empty_cache()` after every timed iteration, so each "
-    "timed call re-allocated its workspaces (paper-benchmarks.md §1.2); tflabench keeps the allocator "
-    "warm. Both flush the L2 with a 256 MB buffer and report the median.",
-    "Memory: the published peaks are absolute (inputs, outputs and the 256 MB flush buffer included, §1.3); "
+    "timed call re-allocated its workspaces (docs/reference/paper-numbers.md#measurement-method); tflabench "
+    "keeps the allocator warm. Both flush the L2 with a 256 MB buffer and report the median.",
+    "Memory: the published peaks are absolute (inputs, outputs and the 256 MB flush buffer included); "
     "tflabench's `peak_mem_mib` is the increase over the memory allocated before the call (inputs "
     "excluded), so it is smaller by about the input size plus 0.27 GB.",
     "The `tflabench.*` mLSTM kernels are this project's Triton implementation of the TFLA spec, not the "
@@ -44,9 +44,9 @@ METHOD_NOTES = (
 class PaperKernel:
     """A kernel of the paper's benchmark figures and the tflabench kernels that compute the same thing.
 
-    label: the paper's name (paper-benchmarks.md §2.1, §4, §5).
+    label: the paper's name (docs/reference/paper-numbers.md#benchmark-configurations).
     kernels: tflabench registry names compared with it; () where no comparison is meaningful (note says why).
-    causal: whether the paper's runs were causal (§1.4: its Torch FA2 and cuDNN rows were not).
+    causal: whether the paper's runs were causal (its Torch FA2 and cuDNN rows were not).
     triton: the kernel is written in Triton, so the Triton version matters.
     library: what the paper timed, as the difference note names it.
     library_version: its version where the document states one (compared with the run row's version).
@@ -143,7 +143,7 @@ class PaperNumber:
     """
 
     figure: str
-    section: str
+    section: str  # anchor of the figure's table in DOCUMENT
     kernel: PaperKernel
     mode: str
     quantity: str
@@ -162,7 +162,7 @@ class PaperNumber:
 
     @property
     def source(self) -> str:
-        return f"TFLA paper {self.figure}, {DOCUMENT} {self.section}"
+        return f"TFLA paper {self.figure}, {DOCUMENT}{self.section}"
 
     def matches(self, row) -> bool:
         """Whether a results-table row (with attributes of schema.COLUMNS) ran this configuration."""
@@ -186,8 +186,8 @@ FIG4_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 FIG4_TOKENS = 65536
 FIG4_MEMORY_SEQ_LEN = 8192
 
-#: kernel, (heads, d_qk, d_v, L), forward ms (§9.1) and forward+backward ms (§9.2) per FIG4_SEQ_LENS,
-#: peak GB forward / forward+backward at T = 8192 (§9.4)
+#: kernel, (heads, d_qk, d_v, L), forward ms and forward+backward ms per FIG4_SEQ_LENS,
+#: peak GB forward / forward+backward at T = 8192
 _FIG4 = (
     (TORCH_FA2, (32, 128, 128, None),
      (2.46, 3.95, 6.88, 12.80, 24.62, 48.28, 103.23, 206.59),
@@ -221,7 +221,7 @@ _FIG4 = (
      (12.70, 12.84, 12.86, 12.77, 12.84, 12.90, 12.95, 15.02), (2.97, 6.77)),
 )
 
-#: Fig. 5 (§9.5), mLSTMsig xl_chunk at 8 × 256/512, T = 8192, B = 8:
+#: Fig. 5, mLSTMsig xl_chunk at 8 × 256/512, T = 8192, B = 8:
 #: L, forward+backward ms and GB, forward ms and GB
 _FIG5 = (
     (64, 21.74, 13.23, 7.41, 6.21),
@@ -233,7 +233,7 @@ _FIG5 = (
     (4096, 76.88, 4.77, 21.66, 1.97),
 )
 
-#: Fig. 12 (§9.6), 8 × 256/512, T = 8192, B = 8, forward+backward: kernel, L, ms, GB
+#: Fig. 12, 8 × 256/512, T = 8192, B = 8, forward+backward: kernel, L, ms, GB
 _FIG12 = (
     (GLA, None, 30.78, 16.70),
     (FUSED_GLA, None, 34.79, 11.88),
@@ -245,11 +245,11 @@ _FIG12 = (
     (MLSTM_SIG_XL, 256, 18.89, 6.78),
 )
 
-#: Fig. 13 (§9.7), LightningAttention2, T = 8192, B = 8, forward+backward: heads, head dim, ms, GB
+#: Fig. 13, LightningAttention2, T = 8192, B = 8, forward+backward: heads, head dim, ms, GB
 _FIG13 = ((32, 128, 55.79, 6.16), (64, 64, 20.71, 6.16))
 
 FIG14_HEAD_DIMS = (32, 64, 128, 256, 512, 1024)
-#: Fig. 14 (§9.8), heads = 4096 / d, d_qk = d_v = d, T = 8192, B = 4, forward+backward ms per
+#: Fig. 14, heads = 4096 / d, d_qk = d_v = d, T = 8192, B = 4, forward+backward ms per
 #: FIG14_HEAD_DIMS (None: the FLA kernels did not compile at head dims 32 and 64)
 _FIG14 = (
     (MLSTM_EXP_LIMIT, 64, (10.14, 9.13, 12.78, 16.22, 26.15, 88.34)),
@@ -266,11 +266,11 @@ def _fig4() -> list[PaperNumber]:
     for kernel, (heads, head_dim_qk, head_dim_v, chunk), forward, training, memory in _FIG4:
         shape = {"heads": heads, "head_dim_qk": head_dim_qk, "head_dim_v": head_dim_v, "chunk_size": chunk}
         for mode, times, peak_gb in (("fwd", forward, memory[0]), ("fwdbw", training, memory[1])):
-            section = "§9.1" if mode == "fwd" else "§9.2"
+            section = "#fig-4-forward-runtimes" if mode == "fwd" else "#fig-4-training-runtimes"
             for seq_len, time_ms in zip(FIG4_SEQ_LENS, times, strict=True):
                 numbers.append(PaperNumber("Fig. 4", section, kernel, mode, "time_ms", time_ms,
                                            FIG4_TOKENS // seq_len, seq_len, **shape))
-            numbers.append(PaperNumber("Fig. 4", "§9.4", kernel, mode, "peak_gb", peak_gb,
+            numbers.append(PaperNumber("Fig. 4", "#fig-4-peak-memory", kernel, mode, "peak_gb", peak_gb,
                                        FIG4_TOKENS // FIG4_MEMORY_SEQ_LEN, FIG4_MEMORY_SEQ_LEN, **shape))
     return numbers
 
@@ -281,15 +281,16 @@ def _fig5() -> list[PaperNumber]:
     for chunk, training_ms, training_gb, forward_ms, forward_gb in _FIG5:
         for mode, quantity, value in (("fwdbw", "time_ms", training_ms), ("fwdbw", "peak_gb", training_gb),
                                       ("fwd", "time_ms", forward_ms), ("fwd", "peak_gb", forward_gb)):
-            numbers.append(PaperNumber("Fig. 5", "§9.5", MLSTM_SIG_XL, mode, quantity, value, **shape,
-                                       chunk_size=chunk))
+            numbers.append(PaperNumber("Fig. 5", "#fig-5-chunk-sizes", MLSTM_SIG_XL, mode, quantity, value,
+                                       **shape, chunk_size=chunk))
     return numbers
 
 
 def _fig12() -> list[PaperNumber]:
     shape = {"batch": 8, "seq_len": 8192, "heads": 8, "head_dim_qk": 256, "head_dim_v": 512}
     return [
-        PaperNumber("Fig. 12", "§9.6", kernel, "fwdbw", quantity, value, **shape, chunk_size=chunk)
+        PaperNumber("Fig. 12", "#fig-12-fla-kernels", kernel, "fwdbw", quantity, value, **shape,
+                    chunk_size=chunk)
         for kernel, chunk, time_ms, peak_gb in _FIG12
         for quantity, value in (("time_ms", time_ms), ("peak_gb", peak_gb))
     ]
@@ -297,8 +298,8 @@ def _fig12() -> list[PaperNumber]:
 
 def _fig13() -> list[PaperNumber]:
     return [
-        PaperNumber("Fig. 13", "§9.7", LIGHTNING2, "fwdbw", quantity, value, batch=8, seq_len=8192,
-                    heads=heads, head_dim_qk=head_dim, head_dim_v=head_dim)
+        PaperNumber("Fig. 13", "#fig-13-lightningattention-2", LIGHTNING2, "fwdbw", quantity, value, batch=8,
+                    seq_len=8192, heads=heads, head_dim_qk=head_dim, head_dim_v=head_dim)
         for heads, head_dim, time_ms, peak_gb in _FIG13
         for quantity, value in (("time_ms", time_ms), ("peak_gb", peak_gb))
     ]
@@ -306,8 +307,9 @@ def _fig13() -> list[PaperNumber]:
 
 def _fig14() -> list[PaperNumber]:
     return [
-        PaperNumber("Fig. 14", "§9.8", kernel, "fwdbw", "time_ms", time_ms, batch=4, seq_len=8192,
-                    heads=4096 // head_dim, head_dim_qk=head_dim, head_dim_v=head_dim, chunk_size=chunk)
+        PaperNumber("Fig. 14", "#fig-14-head-dimensions", kernel, "fwdbw", "time_ms", time_ms, batch=4,
+                    seq_len=8192, heads=4096 // head_dim, head_dim_qk=head_dim, head_dim_v=head_dim,
+                    chunk_size=chunk)
         for kernel, chunk, times in _FIG14
         for head_dim, time_ms in zip(FIG14_HEAD_DIMS, times, strict=True)
         if time_ms is not None

@@ -207,7 +207,8 @@ def _speedup_cell(row, baseline_ms: float | None, fastest_ms: float | None) -> s
 
 
 def chunk_optimum_markdown(run: Run) -> str:
-    """Measured optimal chunk size of each mLSTM chunk sweep next to Eq. 121 / §11.3 and the model time."""
+    """Measured optimal chunk size of each mLSTM chunk sweep next to Eq. 121
+    (docs/reference/mlstm-math.md#optimal-chunk-size) and the model time."""
     optima = chunk_optima(run)
     if not optima:
         return "No mLSTM kernel of this run was measured at two or more chunk sizes."
@@ -297,18 +298,18 @@ def paper_comparison_markdown(run: Run) -> str:
     if comparison.empty:
         return (
             "No measured row of this run matches a configuration the TFLA paper published "
-            f"({paper_numbers.DOCUMENT} §9): kernel, mode, bfloat16, batch, sequence length, heads and head "
-            "dims, and for the mLSTM kernels the chunk size."
+            f"({paper_numbers.DOCUMENT}#published-numbers): kernel, mode, bfloat16, batch, sequence length, "
+            "heads and head dims, and for the mLSTM kernels the chunk size."
         )
     notes = comparison["difference"].map(_note_parts)
     common = [part for part in notes.iloc[0] if all(part in row for row in notes)]
     not_compared = [f"{kernel.label}: {kernel.note}." for kernel in paper_numbers.PAPER_KERNELS
                     if not kernel.kernels]
     parts = [
-        f"Published: {paper_numbers.DOCUMENT} §9 ({paper_numbers.PAPER_GPU}, PyTorch 2.5.1, Triton "
-        f"{paper_numbers.PAPER_TRITON}, bf16). Cells: measured / published median ms and, in parentheses, "
-        "their ratio (< 1×: this run is faster). Rows match on kernel, mode, batch, sequence length, heads "
-        "and head dims, and for the mLSTM kernels the chunk size.",
+        f"Published: {paper_numbers.DOCUMENT}#published-numbers ({paper_numbers.PAPER_GPU}, PyTorch 2.5.1, "
+        f"Triton {paper_numbers.PAPER_TRITON}, bf16). Cells: measured / published median ms and, in "
+        "parentheses, their ratio (< 1×: this run is faster). Rows match on kernel, mode, batch, sequence "
+        "length, heads and head dims, and for the mLSTM kernels the chunk size.",
         "\n".join(f"- {note}" for note in [*common, *paper_numbers.METHOD_NOTES, *not_compared]),
     ]
     for figure, rows in comparison.groupby("figure", sort=False):

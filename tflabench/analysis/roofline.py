@@ -1,4 +1,5 @@
-"""Roofline bound and runtime models (TFLA paper App. G, Eqs. 112-114 and 119; mlstm-tfla.md §10).
+"""Roofline bound and runtime models (TFLA paper App. G, Eqs. 112-114 and 119;
+docs/reference/mlstm-math.md#runtime-model).
 
 With alpha = peak FLOP/s and beta = bandwidth of the chosen ceilings (datasheet or measured):
 attainable FLOP/s = min(alpha, beta I); additive runtime F/alpha + B/beta (no compute/memory overlap, the

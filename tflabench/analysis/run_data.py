@@ -291,11 +291,12 @@ def model_ceilings(run: Run):
 class ChunkOptimum:
     """Measured optimum of one chunk sweep next to the theoretical one (mLSTM families only).
 
-    theory_chunk is the continuous L* (Eq. 121 / §11.3), runnable_chunk the chunk size our kernels can
-    run chosen from it (with the analysis layer's reason); both None when no ceilings are known.
-    achieved_flops is the best model-FLOP rate of the sweep (FLOP/s, reached where the FLOP term
-    dominates, at large L) and achieved_theory_chunk the L* with it in place of the matmul ceiling alpha:
-    where theory and measurement disagree, it tells whether the FLOP term is what the model misses.
+    theory_chunk is the continuous L* (Eq. 121; docs/reference/mlstm-math.md#optimal-chunk-size),
+    runnable_chunk the chunk size our kernels can run chosen from it (with the analysis layer's reason); both
+    None when no ceilings are known. achieved_flops is the best model-FLOP rate of the sweep (FLOP/s, reached
+    where the FLOP term dominates, at large L) and achieved_theory_chunk the L* with it in place of the matmul
+    ceiling alpha: where theory and measurement disagree, it tells whether the FLOP term is what the model
+    misses.
     """
 
     sweep: ChunkSweep

@@ -45,8 +45,9 @@ class KnownFailure:
     note: str
 
 
-#: kernel -> its known defect (baselines.md §13; results/gpu-tests/session3/ and session4/ README.md). The
-#: two at Dv 32 fit Triton's sm_90 defect with 32-wide dot blocks (triton-lang/triton #10573, #11366).
+#: kernel -> its known defect (docs/reference/peers.md#known-failures; results/gpu-tests/session3/ and
+#: session4/ README.md). The two at Dv 32 fit Triton's sm_90 defect with 32-wide dot blocks
+#: (triton-lang/triton #10573, #11366).
 KNOWN_FAILURES = {
     "mlstm_kernels.mlstm_exp.xl_chunk": KnownFailure(
         CRASHED, "", "aborts the Triton 3.6 compiler on Hopper (LLVM SLPVectorizer)"),

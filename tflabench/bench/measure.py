@@ -1,6 +1,7 @@
 """Measure one (kernel, point) in the current process.
 
-Order per point (paper-benchmarks.md §1, avoiding the reference harness's pitfalls of baselines.md §12):
+Order per point (docs/reference/paper-numbers.md#measurement-method, avoiding the reference harness's pitfalls
+of docs/reference/peers.md#pitfalls-of-the-reference-harness):
 
 1. correctness gate: ``spec.reference_check`` once per worker and configuration (dtype, heads, head dims,
    chunk size) at a small batch and length; a failed check ends the point with status ``failed_check``
@@ -33,7 +34,8 @@ from tflabench.core import SweepPoint
 CUDA = "cuda"
 CPU_INTERPRETER = "cpu-interpreter"
 
-#: The reference harness zeroes a 256 MB buffer before every timed call (paper-benchmarks.md §1.2).
+#: The reference harness zeroes a 256 MB buffer before every timed call
+#: (docs/reference/paper-numbers.md#measurement-method).
 L2_FLUSH_BYTES = 256 * 10**6
 
 

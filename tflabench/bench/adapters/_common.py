@@ -1,5 +1,5 @@
 """Machinery shared by the adapters: availability probes and the `KernelSpec` builder that ties a peer's
-layout mapping to its family's float64 reference (baselines.md §12.1).
+layout mapping to its family's float64 reference (docs/reference/peers.md#conventions-of-the-adapters).
 
 An adapter describes its peer by a `PeerMapping`: how layout-neutral inputs (`tflabench.bench.references`)
 become the peer's call arguments, the call itself, and how the peer's output goes back to [B, T, H, Dv].

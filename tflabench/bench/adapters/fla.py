@@ -1,4 +1,4 @@
-"""FLA (`fla-core` 0.6.0): chunk_gla, chunk_simple_gla and chunk_lightning_attn (baselines.md §3-§5).
+"""FLA (`fla-core` 0.6.0): chunk_gla, chunk_simple_gla and chunk_lightning_attn (docs/reference/peers.md#fla).
 
 FLA takes the suite's layout, [B, T, H, D], and log-space gates in float32: `g` [B, T, H, K] per key
 channel for GLA, [B, T, H] for simple GLA. Its default scale is K^-1/2; the scale is passed explicitly.
@@ -120,7 +120,7 @@ LIGHTNING = PeerMapping(_same_layout(("q", "k", "v", "scale"), chunked=True), _c
 
 
 def lightning_log_decay(heads: int) -> torch.Tensor:
-    """chunk_lightning_attn's per-head log decay [H] at `LIGHTNING_LAYER` (baselines.md §5.1)."""
+    """chunk_lightning_attn's per-head log decay [H] at `LIGHTNING_LAYER` (docs/reference/peers.md#fla)."""
     layer_fraction = LIGHTNING_LAYER["layer_idx"] / LIGHTNING_LAYER["num_layers"]
     return -(8 / heads) * (1 - layer_fraction) * torch.arange(heads, dtype=torch.float32)
 
@@ -134,7 +134,8 @@ def lightning_inputs(point: SweepPoint, device: torch.device) -> dict:
 
 #: Compile + autotune time of the first call on an H200 with Triton 3.6: chunk_gla fwd+bwd 316 s in
 #: results/tfla-fig4 (warmup_s; other first calls 30-47 s there, part of their compilation cached by a call
-#: cut off earlier); results/fig4-s8192 had no result within 120 s / 60 s; baselines.md §13: > 200 s.
+#: cut off earlier); results/fig4-s8192 had no result within 120 s / 60 s;
+#: docs/reference/peers.md#known-failures: > 200 s.
 FIRST_CALL_S = 300.0
 
 

@@ -1,10 +1,11 @@
 """Causal softmax attention: PyTorch SDPA with the FLASH, CUDNN and EFFICIENT backends, and flash-attn
-FA2 (`flash_attn`) / FA3 (`flash_attn_interface`) where installed (baselines.md §2).
+FA2 (`flash_attn`) / FA3 (`flash_attn_interface`) where installed (docs/reference/peers.md#softmax-attention).
 
 Every kernel here is called causal, with the scale passed explicitly (the reference benchmark's SDPA rows
-forgot ``is_causal=True``, baselines.md §12). SDPA takes (B, H, T, D); flash-attn takes the suite's
-(B, T, H, D). FA3 returns ``out`` or ``(out, lse)`` depending on its version: the output is taken by type,
-never by ``[0]`` (which would be batch element 0 of a bare tensor).
+forgot ``is_causal=True``, docs/reference/peers.md#pitfalls-of-the-reference-harness). SDPA takes
+(B, H, T, D); flash-attn takes the suite's (B, T, H, D). FA3 returns ``out`` or ``(out, lse)`` depending on
+its version: the output is taken by type, never by ``[0]`` (which would be batch element 0 of a bare
+tensor).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""LightningAttention-2 (`lightning-attn` 0.0.5, `lightning_attn_func`; baselines.md §6).
+"""LightningAttention-2 (`lightning-attn` 0.0.5, `lightning_attn_func`;
+docs/reference/peers.md#lightningattention-2).
 
 Layout (B, H, T, D); the decay is given as slopes s (H, 1, 1) in float32, each step multiplying the state
 by exp(-s_h); there is no query scale. The benchmark uses the package's ALiBi slopes (the neutral lightning

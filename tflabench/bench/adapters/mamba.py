@@ -1,5 +1,6 @@
-"""Mamba (`mamba-ssm` 2.3.2.post1): the Mamba2 SSD Triton kernel `mamba_chunk_scan_combined`, and the
-Mamba-1 selective scan `selective_scan_fn` where its compiled CUDA extension exists (baselines.md §7-§8).
+"""Mamba (`mamba-ssm` 2.3.2.post1): the Mamba2 SSD Triton kernel `mamba_chunk_scan_combined`, and the Mamba-1
+selective scan `selective_scan_fn` where its compiled CUDA extension exists (docs/reference/peers.md#mamba2,
+docs/reference/peers.md#mamba-1-selective-scan).
 
 `mamba_ssm/__init__.py` imports the compiled `selective_scan_cuda`, transformers and more, so the Triton
 SSD ops are loaded without running it (`mamba_module`): the package object is created from its spec and
@@ -11,7 +12,7 @@ and D is not used, so the kernel computes exactly the SSD of `tflabench.families
 The output is the bare tensor the kernel returns without ``return_final_states`` (never ``[0]``,
 docs/reference/peers.md#mamba2). Non-power-of-2 chunk sizes gave NaN upstream (mamba#449) and are skipped.
 
-Mamba-1 selective scan is GLA with one head per channel (baselines.md §8, exact): channel d of state size N
+Mamba-1 selective scan is GLA with one head per channel (exact): channel d of state size N
 has q = C_t, k = B_t, v = dt_t[d] u_t[d], per-state log decay g = dt_t[d] A[d, :] and scale 1. A point maps
 to H * P channels of state size N = head_dim_qk; its reference check is the GLA reference of that view, and
 it is registered in the "gla" family (its FLOP model is then nominal).

@@ -1,4 +1,4 @@
-"""The reference TFLA kernels (`mlstm-kernels` 2.0.6; baselines.md §10, mlstm-tfla.md §7).
+"""The reference TFLA kernels (`mlstm-kernels` 2.0.6; docs/reference/peers.md#reference-tfla-kernels).
 
 Kernels: mLSTMexp and mLSTMsig xl_chunk (TFLA), mLSTMexp limit_chunk, and the quadratic mLSTMexp kernel
 `mlstm_parallel__limit_headdim`. Layout (B, H, T, D) with gate pre-activations (B, H, T); the query scale is
@@ -7,8 +7,8 @@ package defaults to True). The chunkwise kernels start from m_0 = 0 and are chec
 reference; the parallel kernel has no initial state (m_0 = -inf) and is checked against the parallel form.
 
 Known failure: on Hopper with Triton 3.6, compiling the mLSTMexp xl_chunk kernel aborts the process (LLVM
-SLPVectorizer assertion, baselines.md §13). The kernel stays available: the harness's worker process
-isolation records the crash.
+SLPVectorizer assertion, docs/reference/peers.md#known-failures). The kernel stays available: the harness's
+worker process isolation records the crash.
 """
 
 from __future__ import annotations

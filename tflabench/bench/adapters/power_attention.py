@@ -1,14 +1,14 @@
 """Power attention: `retention.power_retention` (retention 1.0.7) of degrees 2 and 4, and the deprecated
-`power_attention.power_full` (power-attention 1.4.4) as a fallback (baselines.md §9).
+`power_attention.power_full` (power-attention 1.4.4) as a fallback (docs/reference/peers.md#power-attention).
 
 Degree 2 runs the chunked (state) form at the point's chunk size. Degree 4 runs the quadratic attention
 form (chunk_size None): retention 1.0.7's state update raises NotImplementedError for any degree but 2.
 
-Layout [B, T, H, D] with the log gate `log_G` [B, T, H] in float32; q, k and v share one head dim (the
-state update requires it), one of 16, 32, 64, 128, 256. The scale is passed explicitly (1.0.7's docstring
-says it defaults to 1, its code uses D^-1/2). The output is the gated power attention normalized by the sum
-of its weights (`references.power_attention`; the layer norm the docstring mentions is not applied by the
-code). A chunk size below the sequence length selects the chunked (state) form that is benchmarked.
+Layout [B, T, H, D] with the log gate `log_G` [B, T, H] in float32; q, k and v share one head dim (the state
+update requires it), one of 16, 32, 64, 128, 256. The scale is passed explicitly (1.0.7's docstring says it
+defaults to 1, its code uses D^-1/2). The output is the gated power attention normalized by the sum of its
+weights (`tflabench.families.power_attention.reference`; the layer norm the docstring mentions is not applied
+by the code). A chunk size below the sequence length selects the chunked (state) form that is benchmarked.
 
 retention 1.0.7 also installs a `power_attention` module, a shim re-exporting `power_retention`: the
 fallback needs the power-attention distribution itself. power-attention imports `vidrial` at import, and
@@ -111,7 +111,8 @@ def _power_attention_availability() -> Availability:
     return peer_availability("power_attention", "power-attention")()
 
 
-#: Compile time of the first call on an H200 with Triton 3.6: > 200 s for degree 2 (baselines.md §13).
+#: Compile time of the first call on an H200 with Triton 3.6: > 200 s for degree 2
+#: (docs/reference/peers.md#known-failures).
 FIRST_CALL_S = 300.0
 
 
