@@ -45,8 +45,8 @@ class KnownFailure:
     note: str
 
 
-#: kernel -> its known defect (docs/reference/peers.md#known-failures; results/gpu-tests/session3/ and
-#: session4/ README.md). The two at Dv 32 fit Triton's sm_90 defect with 32-wide dot blocks
+#: kernel -> its known defect (docs/reference/peers.md#known-failures; the H200 adapter GPU-test logs under
+#: results/gpu-tests/). The two at Dv 32 fit Triton's sm_90 defect with 32-wide dot blocks
 #: (triton-lang/triton #10573, #11366).
 KNOWN_FAILURES = {
     "mlstm_kernels.mlstm_exp.xl_chunk": KnownFailure(
