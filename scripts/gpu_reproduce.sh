@@ -32,9 +32,9 @@
 # --retry does not tune again what an earlier call tuned.
 set -uo pipefail
 
-usage="usage: bash scripts/gpu_reproduce.sh tfla-fig4|tfla-fig5|tfla-headdim [BUDGET_S] [TIMEOUT_S]"
+usage="usage: bash scripts/gpu_reproduce.sh tfla-fig4|tfla-fig5|tfla-headdim|tfla-grid [BUDGET_S] [TIMEOUT_S]"
 preset=${1:?$usage}
-case $preset in tfla-fig4 | tfla-fig5 | tfla-headdim) ;; *) echo "$usage" >&2; exit 2 ;; esac
+case $preset in tfla-fig4 | tfla-fig5 | tfla-headdim | tfla-grid) ;; *) echo "$usage" >&2; exit 2 ;; esac
 timeout_s=${3:-120}
 out=${OUT:?OUT must name the folder whose files come back from the device}
 command_s=${TFLABENCH_COMMAND_S:-570}  # the device's 600 s per command, less a margin

@@ -1,4 +1,5 @@
-"""The TFLA Triton kernels (algorithms "xl_chunk" and "limit_chunk") against the float64 references, on CPU.
+"""The Triton kernels (algorithms "xl_chunk", "limit_chunk", "fused_chunk" and "auto") against the float64
+references, on CPU.
 
 The kernels run under the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1 when there is no
 CUDA) in float32 on tiny shapes, through the public `tflabench.kernels.mlstm` (and `mlstm_xl_chunk` for the
@@ -26,10 +27,11 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from mlstm_shapes import Shape
 from torch import Tensor
 
 from tflabench.kernels import mlstm
+from tflabench.kernels.mlstm.choice import Shape
+from tflabench.kernels.mlstm.fused_chunk import FusedTiling, mlstm_fused_chunk
 from tflabench.kernels.mlstm.reference import mlstm_parallel, mlstm_recurrent, parallel_form_initial_state
 from tflabench.kernels.mlstm.triton_fwd import chunk_program
 from tflabench.kernels.mlstm.xl_chunk import Tiling, _chunk_launch, mlstm_xl_chunk
@@ -49,7 +51,7 @@ CELLS = [
     pytest.param("sig", False, id="sig"),
     pytest.param("sig", True, id="sig-normalized"),
 ]
-ALGORITHMS = ["xl_chunk", "limit_chunk"]
+ALGORITHMS = ["xl_chunk", "limit_chunk", "fused_chunk"]
 
 # (mean, std) of the gate pre-activations (i, f): log-space extremes of the input gate and both ends of
 # the forget gate (sigmoid(-5) = 0.007, sigmoid(8) = 0.9997).
@@ -218,6 +220,28 @@ def test_matches_reference_from_an_initial_state(variant, normalize, algorithm, 
     cell = dict(variant=variant, normalize=normalize)
     kernel = run_kernel(problem, **cell, algorithm=algorithm, chunk_size=32)
     assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("chunk_size, gates, initial_state", [
+    (16, "forget-gate-near-0", False), (32, "input-gate-near-minus-10", True), (64, "moderate", True)])
+def test_fused_chunk_with_its_own_backward_kernels(variant, normalize, chunk_size, gates, initial_state):
+    """`fused_chunk`'s default backward is TFLA's (covered through ALGORITHMS); its own backward kernels
+    (state gradients on chip), with a head dim that is not a power of two (Dqk 48: padded to 64)."""
+    shape = replace(SMALL, head_dim_qk=48, batch=2)
+    problem = make_problem(seed=14 + chunk_size, shape=shape, gates=gates, initial_state=initial_state)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    tiling = replace(FusedTiling.default(chunk_size, shape.head_dim_qk, shape.head_dim_v), backward="fused")
+    kernel = run(partial(mlstm_fused_chunk, **cell, chunk_size=chunk_size, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+def test_auto_matches_reference(variant, normalize):
+    """algorithm "auto" with chunk_size None (the defaults) on the CPU: the rule's choice runs correctly."""
+    problem = make_problem(seed=21, initial_state=True)
+    cell = dict(variant=variant, normalize=normalize)
+    assert_close(run_kernel(problem, **cell), run_reference(problem, **cell))
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)
@@ -489,6 +513,8 @@ def test_chunk_programs_cover_every_tile_once_in_the_order_of_a_3d_grid():
         ("xl_chunk", 96, 48, "chunk_size must be a power of two"),
         ("xl_chunk", 64, 8, "chunk_size must be a power of two >= 16"),
         ("limit_chunk", 256, 256, "limit_chunk supports chunk_size <= 128"),
+        ("fused_chunk", 256, 256, "fused_chunk supports chunk_size <= 128"),
+        ("auto", 96, 64, "T=96 is not divisible by chunk_size=64"),
     ],
 )
 def test_rejects_chunk_sizes_the_kernels_cannot_run(algorithm, seq_len, chunk_size, message):

@@ -13,12 +13,6 @@ import tflabench
 
 PACKAGE_ROOT = Path(tflabench.__file__).parent
 
-ALLOWED_CIRCLES = {
-    # kernels.mlstm api<->xl_chunk: removed with the v6 kernels
-    frozenset({"tflabench.kernels.mlstm.api", "tflabench.kernels.mlstm.xl_chunk"}),
-}
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -88,7 +82,7 @@ def test_the_graph_sees_lazy_imports():
 
 
 def test_no_import_circles():
-    circles = [circle for circle in _circles(_import_graph()) if frozenset(circle) not in ALLOWED_CIRCLES]
+    circles = list(_circles(_import_graph()))
     assert circles == []
 
 

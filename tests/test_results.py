@@ -1,5 +1,6 @@
 """Results table and metadata: row-by-row writing, cut-off last lines, resume keys, derived columns."""
 
+import json
 import sys
 
 import pytest
@@ -201,3 +202,14 @@ def test_a_kernel_storing_states_in_the_operand_dtype_is_costed_with_those_bytes
     fp32_states = derivation.columns(kernel(algorithm="xl_chunk"), FIG4_POINT, 1.0)
     bf16_states = derivation.columns(ours, FIG4_POINT, 1.0)
     assert bf16_states["flops"] == fp32_states["flops"] and bf16_states["bytes"] < fp32_states["bytes"]
+
+
+def test_parameters_decided_per_point_join_the_row_params():
+    """A kernel that chooses by itself (algorithm "auto") reports its choice with the measurement."""
+    measured = {"status": "ok", "reason": "", "time_ms": 1.0,
+                "point_params": {"choice": {"algorithm": "fused_chunk", "chunk_size": 64, "reason": "rule"}}}
+    values = make_row(run="r", kernel=kernel(variant="sig"), version=None, point=FIG4_POINT, device="cuda",
+                      gpu="NVIDIA H100", measured=measured, derived={})
+    assert set(values) <= set(COLUMNS)
+    assert json.loads(values["params"]) == {
+        "variant": "sig", "choice": {"algorithm": "fused_chunk", "chunk_size": 64, "reason": "rule"}}

@@ -115,3 +115,33 @@ def test_cli_reports_a_missing_file_and_bad_flags_in_one_line(tmp_path):
     assert code == 2 and stderr == "error: --seq-len: empty range 8..4\n"
     code, _, stderr = run_cli(["sweep", "--preset", "fig4", "--dry-run"])
     assert code == 2 and "unknown preset 'fig4'" in stderr
+
+
+def test_head_configs_replace_the_product_of_the_head_axes(tmp_path):
+    """tfla-grid's (heads, Dqk, Dv) triples; an override of one head axis replaces them for its kernels."""
+    from tflabench.bench.registry import get_kernel
+    from tflabench.bench.sweep import kernel_points
+
+    spec = load_preset("tfla-grid")
+    ours, fla = get_kernel("tflabench.mlstm_sig.xl_chunk"), get_kernel("fla.chunk_simple_gla")
+    points = kernel_points(spec.shape_for(ours), ("bfloat16",), ("fwd",), ours)
+    assert {(p.heads, p.head_dim_qk, p.head_dim_v) for p in points} == {
+        (32, 64, 64), (32, 128, 128), (16, 128, 256), (8, 256, 512)}
+    assert {(p.seq_len, p.batch) for p in points} == {(2048, 32), (8192, 8), (32768, 2), (65536, 1)}
+    assert len(points) == 4 * 4 * 3
+    assert {p.seq_len for p in kernel_points(spec.shape_for(fla), ("bfloat16",), ("fwd",), fla)} == {8192}
+    path = tmp_path / "sweep.toml"
+    path.write_text('preset = "tfla-grid"\n[override."tflabench.*"]\n'
+                    'head_dim_v = 64\nheads = 4\nhead_dim_qk = 32\n')
+    overridden = load_sweep_file(path).shape_for(ours)
+    assert overridden.head_configs is None
+    assert {(p.heads, p.head_dim_qk, p.head_dim_v) for p in kernel_points(
+        overridden, ("bfloat16",), ("fwd",), ours)} == {(4, 32, 64)}
+
+
+@pytest.mark.parametrize("value", ["[[32, 64]]", "[]", "[[32, 64, -1]]", "32"])
+def test_malformed_head_configs_are_refused(tmp_path, value):
+    path = tmp_path / "sweep.toml"
+    path.write_text(f"[sweep]\nhead_configs = {value}\n")
+    with pytest.raises(InputError, match="head_configs"):
+        load_sweep_file(path)

@@ -28,6 +28,7 @@ from tflabench.analysis.run_data import (
     device_label,
     dims_label,
     load_run,
+    model_ceilings,
     modes_of,
     not_measured,
 )
@@ -84,6 +85,8 @@ def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
         provenance_markdown(run.meta),
         f"## Runtime and speed-up against `{baseline}`" if baseline else "## Runtime and speed-up",
         speedup_markdown(run, baseline),
+        "## mLSTM kernels per shape: ours, the reference and the IO floor",
+        mlstm_groups_markdown(run),
         "## Chunk size: measured and theoretical optimum",
         chunk_optimum_markdown(run),
         "## Comparison with the TFLA paper (H100)",
@@ -204,6 +207,53 @@ def _speedup_cell(row, baseline_ms: float | None, fastest_ms: float | None) -> s
     if baseline_ms is not None and pd.notna(baseline_ms):
         text += f" ({baseline_ms / row.time_ms:.2f}×)"
     return text
+
+
+def mlstm_groups_markdown(run: Run) -> str:
+    """Per (shape, mode) group our fastest mLSTMsig row against the reference's, the ratios the kernels are
+    judged by, and every mLSTM row's distance to the IO floor (`analysis.io_floor`)."""
+    from tflabench.analysis.io_floor import mlstm_groups, row_configuration, with_io_floor
+
+    ceilings = model_ceilings(run)
+    bandwidth = ceilings.bandwidth if ceilings is not None else None
+    groups = mlstm_groups(run.measured, bandwidth)
+    if groups.empty:
+        return "No measured row of our mLSTMsig kernels in this run."
+    floor_note = (f"x IO floor at β = {bandwidth / 1e12:.2f} TB/s ({ceilings.source}), "
+                  "docs/reference/io-floor.md" if bandwidth else "no bandwidth known: no IO floor")
+    header = ["T", "B", "heads×d_qk/d_v", "mode", "ours (fastest sig row)", "ms", "x IO floor", "ref ms",
+              "ours/ref", "exp/sig", "auto/best sig", "auto/best exp", "ours/FLA", "memory ours/ref"]
+    rows = [[count_label(g.seq_len), int(g.batch), _heads_label(g), g.mode, g.ours, f"{g.ours_ms:.3f}",
+             _fixed(g.ours_x_floor), _fixed(g.reference_ms, 3),
+             *(_fixed(value) for value in (g.ours_over_reference, g.exp_over_sig, g.auto_over_best_sig,
+                                           g.auto_over_best_exp, g.over_fla, g.memory_over_reference))]
+            for g in groups.itertuples()]
+    worst = {column: groups[column].max() for column in
+             ("ours_over_reference", "exp_over_sig", "auto_over_best_sig", "auto_over_best_exp", "over_fla",
+              "memory_over_reference")}
+    worst_line = "Worst group: " + ", ".join(f"{name} {_fixed(value)}" for name, value in worst.items()) + "."
+    parts = [f"Ratios are times (memory: peak memory) of the best row of each side; < 1 means ours is "
+             f"faster / smaller. {floor_note}.", _table(header, rows), worst_line]
+    if bandwidth:
+        floors = with_io_floor(run.measured, bandwidth).sort_values(list(GROUP_ORDER))
+        every_row = [[row.kernel, count_label(row.seq_len), int(row.batch), _heads_label(row), row.mode,
+                      row_configuration(row), f"{row.time_ms:.3f}", f"{row.floor_ms:.3f}",
+                      _fixed(row.x_io_floor)] for row in floors.itertuples()]
+        parts.append("<details><summary>Every mLSTM row and its IO floor</summary>\n\n" + _table(
+            ["kernel", "T", "B", "heads×d_qk/d_v", "mode", "configuration", "ms", "floor ms", "x IO floor"],
+            every_row) + "\n\n</details>")
+    return "\n\n".join(parts)
+
+
+GROUP_ORDER = ("mode", "seq_len", "head_dim_v", "heads", "kernel", "chunk_size")
+
+
+def _heads_label(row) -> str:
+    return dims_label(row.heads, row.head_dim_qk, row.head_dim_v)
+
+
+def _fixed(value: float, digits: int = 2) -> str:
+    return "–" if pd.isna(value) else f"{value:.{digits}f}"
 
 
 def chunk_optimum_markdown(run: Run) -> str:

@@ -204,6 +204,8 @@ def measure_point(spec: KernelSpec, point: SweepPoint, device: str, settings: Me
     """
     check = gate.check(spec, point)
     measured: dict[str, Any] = {"check_rel_error": check.rel_error}
+    if spec.point_params is not None:
+        measured["point_params"] = spec.point_params(point, torch_device(device))
     if not check.passed:
         return {**measured, "status": "failed_check", "reason": failed_check_reason(check)}
     step = KernelStep(spec, spec.make_inputs(point, torch_device(device)), point.mode)

@@ -55,6 +55,8 @@ class KernelSpec:
             family's float64 reference; given a sweep point (``configuration``), at that point's heads,
             head dims and chunk size (the configuration that is timed) with a small batch and length.
         params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
+        point_params: (point, device) -> parameters decided per point on the measuring device (the choice
+            of a kernel that picks its algorithm by itself, with the reason), added to the row's params.
         modes: the modes this kernel supports; a mode outside it is skipped with ``mode_reasons[mode]``.
         first_call_s: typical first-call time on a GPU (compilation and autotuning), measured. The sweep
             runs kernels with the smallest value first and adds it to the per-point time limit, so that a
@@ -71,6 +73,7 @@ class KernelSpec:
     run: Callable[[dict], Any]
     reference_check: Callable[..., CheckResult]
     params: dict = field(default_factory=dict)
+    point_params: Callable[[SweepPoint, Any], dict] | None = None
     modes: tuple[str, ...] = MODES
     mode_reasons: dict = field(default_factory=dict)
     first_call_s: float = 0.0

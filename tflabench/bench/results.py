@@ -134,14 +134,17 @@ def finished_keys(path: Path) -> set[tuple[str, str]]:
 
 def make_row(*, run: str, kernel: KernelSpec, version: str | None, point: SweepPoint, device: str, gpu: str,
              measured: dict[str, Any], derived: dict[str, Any]) -> dict[str, Any]:
-    """One results-table row: identity, point, measured and derived columns (the reason on one line)."""
+    """One results-table row: identity, point, measured and derived columns (the reason on one line);
+    params: the kernel's, with those the measurement decided for this point (``measured["point_params"]``)."""
+    measured = dict(measured)
+    params = {**kernel.params, **measured.pop("point_params", {})}
     return {
         "run": run, "kernel": kernel.name, "family": kernel.family, "version": version,
         "device": device, "gpu": gpu,
         **asdict(point),
         **measured, **derived,
         "reason": " ".join(str(measured.get("reason") or "").split()),
-        "params": json.dumps(kernel.params, sort_keys=True, default=str) if kernel.params else "",
+        "params": json.dumps(params, sort_keys=True, default=str) if params else "",
         "timestamp": now_iso(),
     }
 

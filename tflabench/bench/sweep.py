@@ -5,6 +5,10 @@ head_dim_qk or the ratio Dqk/Dv, head_dim_v, chunk_size), dtypes and modes, appl
 match its selectors. Per-family or per-kernel overrides change shape axes for some kernels only (the
 paper's Fig. 4 runs attention at 32 x 128 and the mLSTM kernels at 16 x 256/128 on the same tokens).
 
+Instead of the product of heads, head_dim_qk and head_dim_v, ``head_configs = [[32, 64, 64], [16, 128, 256]]``
+lists (heads, head_dim_qk, head_dim_v) triples (the layer shapes of real models; preset ``tfla-grid``);
+setting any of those axes in an override replaces them for the kernels it matches.
+
 The TOML format (every list axis also accepts a single value, and integer axes a string ``"512..65536"``
 meaning powers of two from 512 to 65536)::
 
@@ -54,7 +58,9 @@ _PARTNERS = {
 }
 _INT_LIST_AXES = ("seq_len", "batch", "heads", "head_dim_qk", "head_dim_v", "chunk_size")
 _INT_AXES = ("tokens", "embedding_dim")
-_SWEEP_KEYS = ("kernels", *_INT_LIST_AXES, *_INT_AXES, "qk_ratio", "dtype", "mode")
+#: the axes that (heads, head_dim_qk, head_dim_v) triples in ``head_configs`` replace
+_HEAD_AXES = ("heads", "embedding_dim", "head_dim_qk", "qk_ratio", "head_dim_v")
+_SWEEP_KEYS = ("kernels", *_INT_LIST_AXES, *_INT_AXES, "qk_ratio", "head_configs", "dtype", "mode")
 _MEASURE_KEYS = ("warmup", "repeats", "timeout")
 _TOP_KEYS = ("preset", "sweep", "measure", "override")
 
@@ -76,10 +82,14 @@ class Shape:
     qk_ratio: float | None = 0.5
     head_dim_v: tuple[int, ...] = (256,)
     chunk_size: tuple[int, ...] = (128,)
+    head_configs: tuple[tuple[int, int, int], ...] | None = None
 
     def with_values(self, values: Mapping[str, Any]) -> Shape:
-        """Set the given axes (validated by `parse_shape_values`); each one clears its partner axis."""
+        """Set the given axes (validated by `parse_shape_values`); each one clears its partner axis, and
+        any head axis clears ``head_configs``."""
         cleared = {_PARTNERS[name]: None for name in values if name in _PARTNERS}
+        if any(name in _HEAD_AXES for name in values):
+            cleared["head_configs"] = None
         return replace(self, **(cleared | dict(values)))
 
 
@@ -211,10 +221,20 @@ def parse_shape_values(table: Mapping[str, Any], label: Label) -> dict[str, Any]
             values[name] = _positive_int(table[name], label(name))
     if "qk_ratio" in table:
         values["qk_ratio"] = _positive_float(table["qk_ratio"], label("qk_ratio"))
+    if "head_configs" in table:
+        values["head_configs"] = _parse_head_configs(table["head_configs"], label("head_configs"))
     for name, partner in _PARTNERS.items():
         if name in values and partner in values:
             raise InputError(f"give either {label(name)} or {label(partner)}, not both")
     return values
+
+
+def _parse_head_configs(value: Any, where: str) -> tuple[tuple[int, int, int], ...]:
+    """A non-empty list of [heads, head_dim_qk, head_dim_v] lists of positive integers."""
+    triples = value if isinstance(value, list) else None
+    if not triples or any(not isinstance(triple, list) or len(triple) != 3 for triple in triples):
+        raise InputError(f"{where} must be a list of [heads, head_dim_qk, head_dim_v] triples, got {value!r}")
+    return tuple(tuple(_positive_int(item, where) for item in triple) for triple in triples)
 
 
 def apply_table(spec: SweepSpec, data: Mapping[str, Any], source: str) -> SweepSpec:
@@ -381,11 +401,20 @@ def kernel_points(shape: Shape, dtypes: tuple[str, ...], modes: tuple[str, ...],
     chunks = shape.chunk_size if kernel.uses_chunk_size else (None,)
     points = []
     for dtype, seq_len, head_dim_v in itertools.product(dtypes, shape.seq_len, shape.head_dim_v):
-        grid = itertools.product(_batches(shape, seq_len, kernel), _heads(shape, head_dim_v, kernel),
-                                 _head_dims_qk(shape, head_dim_v, kernel), chunks, modes)
-        points += [SweepPoint(batch, seq_len, heads, head_dim_qk, head_dim_v, chunk, dtype, mode)
-                   for batch, heads, head_dim_qk, chunk, mode in grid]
+        grid = itertools.product(_batches(shape, seq_len, kernel), _head_triples(shape, head_dim_v, kernel),
+                                 chunks, modes)
+        points += [SweepPoint(batch, seq_len, heads, head_dim_qk, dim_v, chunk, dtype, mode)
+                   for batch, (heads, head_dim_qk, dim_v), chunk, mode in grid]
     return list(dict.fromkeys(points))
+
+
+def _head_triples(shape: Shape, head_dim_v: int, kernel: KernelSpec) -> list[tuple[int, int, int]]:
+    """(heads, head_dim_qk, head_dim_v) of the points: ``head_configs`` if set, else the product of the
+    head axes at this head_dim_v."""
+    if shape.head_configs is not None:
+        return list(shape.head_configs)
+    return [(heads, head_dim_qk, head_dim_v) for heads, head_dim_qk in itertools.product(
+        _heads(shape, head_dim_v, kernel), _head_dims_qk(shape, head_dim_v, kernel))]
 
 
 def _quotient(total: int, total_name: str, part: int, part_name: str, kernel: KernelSpec) -> tuple[int]:

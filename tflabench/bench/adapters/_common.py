@@ -174,6 +174,7 @@ def peer_spec(
     params: dict | None = None,
     mode_reasons: dict | None = None,
     first_call_s: float = 0.0,
+    point_params: Callable[[SweepPoint, Any], dict] | None = None,
 ) -> KernelSpec:
     """A `KernelSpec` whose inputs and reference check both come from ``mapping``.
 
@@ -186,6 +187,7 @@ def peer_spec(
     head dims and chunk size (`configuration_check_point`), unless ``unsupported`` rejects the result.
     mode_reasons: the modes this kernel refuses, with the reason.
     first_call_s: typical compile + autotune time of the first call on a GPU (see `KernelSpec`).
+    point_params: parameters the kernel decides per point on the device (see `KernelSpec`).
     """
     make_neutral = neutral_inputs or family_inputs(family)
     if not uses_chunk_size:
@@ -217,6 +219,7 @@ def peer_spec(
         modes=tuple(mode for mode in MODES if mode not in mode_reasons),
         mode_reasons=mode_reasons,
         first_call_s=first_call_s,
+        point_params=point_params,
     )
 
 

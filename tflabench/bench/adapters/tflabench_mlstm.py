@@ -1,5 +1,7 @@
 """tflabench's own mLSTM kernels (`tflabench.kernels.mlstm`): mLSTMexp and mLSTMsig, each with the TFLA
-xl_chunk and the single-level limit_chunk algorithm.
+xl_chunk, the single-level limit_chunk and the fused_chunk algorithm at the sweep's chunk size, and "auto"
+(the package default: algorithm and chunk size chosen for the shape and the GPU, recorded in each row's
+params as "choice").
 
 The kernels take the suite's layout, [B, T, H, D] with gate pre-activations [B, T, H], and start from
 m_0 = 0; they are checked against the recurrent reference. mLSTMsig runs without normalizer (the paper's
@@ -19,10 +21,11 @@ from tflabench.bench.registry import Availability, register
 from tflabench.core import STATE_BYTES_OF_OPERANDS, SweepPoint
 
 _API = "tflabench.kernels.mlstm.api"
-#: The Triton kernels of both algorithms (`mlstm_xl_chunk`, `mlstm_limit_chunk`).
-_KERNELS = "tflabench.kernels.mlstm.xl_chunk"
+#: The Triton kernels (importing the fused ones imports TFLA's too).
+_KERNELS = "tflabench.kernels.mlstm.fused_chunk"
 VARIANTS = ("exp", "sig")
-ALGORITHMS = ("xl_chunk", "limit_chunk")
+#: algorithms run at the sweep's chunk size
+ALGORITHMS = ("xl_chunk", "limit_chunk", "fused_chunk")
 
 
 def _import_failure() -> str | None:
@@ -52,10 +55,13 @@ def _unsupported(algorithm: str):
                 return (f"{name} must be a multiple of {api.HEAD_DIM_MULTIPLE} from {api.MIN_HEAD_DIM} to "
                         f"{api.MAX_HEAD_DIM}, got {dim}")
         chunk = point.chunk_size
+        if chunk is None:
+            return None
         if chunk < api.MIN_CHUNK_SIZE or chunk & (chunk - 1):
             return f"chunk_size must be a power of two >= {api.MIN_CHUNK_SIZE}, got {chunk}"
-        if algorithm == "limit_chunk" and chunk > api.LIMIT_CHUNK_MAX:
-            return f"limit_chunk holds a chunk in one SRAM tile: chunk_size <= {api.LIMIT_CHUNK_MAX}"
+        largest = api.ONE_TILE_CHUNK_MAX.get(algorithm, chunk)
+        if chunk > largest:
+            return f"{algorithm} holds a chunk in one SRAM tile: chunk_size <= {largest}"
         return None
 
     return unsupported
@@ -74,17 +80,31 @@ def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMappin
     return PeerMapping(to_native, call, lambda output: output, grad_inputs=("q", "k", "v", "i", "f"))
 
 
+def _auto_choice(variant: str):
+    """point_params of the "auto" kernel: what `mlstm` picks for the point on the device, with the reason."""
+    def point_params(point: SweepPoint, device: torch.device) -> dict:
+        from tflabench.kernels.mlstm.choice import Shape, choose_on_device
+
+        shape = Shape(point.batch, point.seq_len, point.heads, point.head_dim_qk, point.head_dim_v)
+        picked = choose_on_device(shape, device, variant=variant, training=point.mode == "fwdbw")
+        return {"choice": picked.as_params()}
+
+    return point_params
+
+
 def _register() -> None:
     for variant in VARIANTS:
         normalize = None if variant == "exp" else False
         family = f"mlstm_{variant}"
-        for algorithm in ALGORITHMS:
+        for algorithm in (*ALGORITHMS, "auto"):
+            chunked = algorithm != "auto"
             register(peer_spec(
                 f"tflabench.{family}.{algorithm}", family, _mapping(variant, algorithm, normalize),
-                _availability, package=None, uses_chunk_size=True, unsupported=_unsupported(algorithm),
+                _availability, package=None, uses_chunk_size=chunked, unsupported=_unsupported(algorithm),
                 neutral_inputs=family_inputs(family, normalize=normalize),
                 params={"variant": variant, "algorithm": algorithm, "normalize": normalize,
                         "cost_params": {"state_bytes": STATE_BYTES_OF_OPERANDS}},
+                point_params=None if chunked else _auto_choice(variant),
             ))
 
 

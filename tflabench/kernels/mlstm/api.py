@@ -1,8 +1,12 @@
 """The public mLSTM entry point `mlstm`: input validation and dispatch to an algorithm.
 
 Algorithms (modules relative to `tflabench.kernels.mlstm`):
+    "auto"         the measured best for the shape, the GPU and whether a backward pass follows
+                   (`choice.choose`, which also picks the chunk size when chunk_size is None)
     "xl_chunk"     TFLA Triton kernels, `xl_chunk.mlstm_xl_chunk`
     "limit_chunk"  single-level chunkwise Triton kernels, `xl_chunk.mlstm_limit_chunk`
+    "fused_chunk"  one program per (head-dim block, batch, head) walks the chunks with the state on chip,
+                   `fused_chunk.mlstm_fused_chunk`
     "parallel"     the plain-PyTorch quadratic form, `reference.mlstm_parallel` (m_0 = -inf, no states)
     "recurrent"    the plain-PyTorch step loop, `reference.mlstm_recurrent` (m_0 = 0)
 
@@ -14,7 +18,8 @@ Accepted inputs (anything else raises `tflabench.errors.InputError`, a ValueErro
     q, k [B, T, H, Dqk]; v [B, T, H, Dv]; i, f [B, T, H]; B, T, H >= 1 and equal across tensors;
     head dims Dqk, Dv: multiples of 16 from 16 to 1024;
     dtypes: bfloat16, float16, float32 or float64; q, k, v of one dtype; all tensors on one device;
-    chunk_size (xl_chunk, limit_chunk only): a power of two >= 16 that divides T;
+    chunk_size (chunked algorithms only): None (the algorithm's measured default) or a power of two >= 16
+    that divides T (limit_chunk and fused_chunk: <= 128);
     initial_state: (C [B, H, Dqk, Dv], n [B, H, Dqk] or None, m [B, H] or None), not with "parallel".
 """
 
@@ -27,11 +32,11 @@ from torch import Tensor
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import reference
-from tflabench.kernels.mlstm.launch import FUSED_CHUNK_MAX, LIMIT_CHUNK_MAX
+from tflabench.kernels.mlstm.launch import ONE_TILE_CHUNK_MAX
 from tflabench.kernels.mlstm.reference import VARIANTS, InitialState, State
 
-CHUNKED_ALGORITHMS = ("xl_chunk", "limit_chunk")
-ALGORITHMS = (*CHUNKED_ALGORITHMS, "parallel", "recurrent")
+CHUNKED_ALGORITHMS = ("xl_chunk", "limit_chunk", "fused_chunk")
+ALGORITHMS = ("auto", *CHUNKED_ALGORITHMS, "parallel", "recurrent")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 MIN_HEAD_DIM, MAX_HEAD_DIM, HEAD_DIM_MULTIPLE = 16, 1024, 16
 MIN_CHUNK_SIZE = 16
@@ -45,8 +50,8 @@ def mlstm(
     f: Tensor,
     *,
     variant: str = "exp",
-    algorithm: str = "xl_chunk",
-    chunk_size: int = 128,
+    algorithm: str = "auto",
+    chunk_size: int | None = None,
     normalize: bool | None = None,
     eps: float = 1e-6,
     initial_state: InitialState | None = None,
@@ -58,6 +63,7 @@ def mlstm(
     pre-activations. variant "exp" (always normalized) or "sig" (``normalize`` default False). Returns
     h [B, T, H, Dv] in the dtype of q and, with ``return_final_state``, also the final state
     (C [B, H, Dqk, Dv], n [B, H, Dqk], m [B, H]) in float32 (float64 for float64 inputs).
+    algorithm "auto" and chunk_size None choose from the measured table (`choice.choose`, which says why).
     """
     options = dict(
         variant=variant,
@@ -67,16 +73,38 @@ def mlstm(
         return_final_state=return_final_state,
     )
     validate_inputs(q, k, v, i, f, algorithm=algorithm, chunk_size=chunk_size, **options)
+    if algorithm == "auto" or (algorithm in CHUNKED_ALGORITHMS and chunk_size is None):
+        from tflabench.kernels.mlstm.choice import choose_for_call
+
+        picked = choose_for_call(q, v, variant=variant, algorithm=algorithm, chunk_size=chunk_size,
+                                 training=_needs_backward(q, k, v, i, f, initial_state))
+        algorithm, chunk_size = picked.algorithm, picked.chunk_size
     if algorithm == "parallel":
         return reference.mlstm_parallel(
             q, k, v, i, f, variant=variant, normalize=normalize, eps=eps, detach_normalizer=True
         )
     if algorithm == "recurrent":
         return reference.mlstm_recurrent(q, k, v, i, f, **options, detach_normalizer=True)
-    from tflabench.kernels.mlstm.xl_chunk import mlstm_limit_chunk, mlstm_xl_chunk  # imports Triton
+    return _triton_kernel(algorithm)(q, k, v, i, f, chunk_size=chunk_size, **options)
 
-    kernel = mlstm_xl_chunk if algorithm == "xl_chunk" else mlstm_limit_chunk
-    return kernel(q, k, v, i, f, chunk_size=chunk_size, **options)
+
+def _triton_kernel(algorithm: str):
+    """The launcher of a chunked algorithm (importing it imports Triton)."""
+    if algorithm == "fused_chunk":
+        from tflabench.kernels.mlstm.fused_chunk import mlstm_fused_chunk
+
+        return mlstm_fused_chunk
+    from tflabench.kernels.mlstm.xl_chunk import mlstm_limit_chunk, mlstm_xl_chunk
+
+    return mlstm_xl_chunk if algorithm == "xl_chunk" else mlstm_limit_chunk
+
+
+def _needs_backward(*tensors) -> bool:
+    """Whether autograd records this call, so a backward pass may follow (the choice then weighs it)."""
+    leaves = [t for t in tensors if isinstance(t, Tensor)]
+    if isinstance(tensors[-1], (tuple, list)):
+        leaves += [t for t in tensors[-1] if isinstance(t, Tensor)]
+    return torch.is_grad_enabled() and any(t.requires_grad for t in leaves)
 
 
 def validate_inputs(
@@ -98,8 +126,8 @@ def validate_inputs(
     _check_options(variant, algorithm, normalize, eps, initial_state, return_final_state)
     _check_shapes(q, k, v, i, f)
     _check_dtypes_and_devices(q, k, v, i, f)
-    if algorithm in CHUNKED_ALGORITHMS:
-        _check_chunk_size(chunk_size, seq_len=q.shape[1])
+    if chunk_size is not None and algorithm in ("auto", *CHUNKED_ALGORITHMS):
+        _check_chunk_size(chunk_size, seq_len=q.shape[1], algorithm=algorithm)
     if initial_state is not None:
         _check_initial_state(initial_state, q, v)
 
@@ -181,12 +209,15 @@ def _check_same_device(named: tuple[tuple[str, Tensor], ...]) -> None:
             )
 
 
-def _check_chunk_size(chunk_size: int, seq_len: int) -> None:
+def _check_chunk_size(chunk_size: int, seq_len: int, algorithm: str) -> None:
     is_int = isinstance(chunk_size, int) and not isinstance(chunk_size, bool)
     if not is_int or chunk_size < MIN_CHUNK_SIZE or chunk_size & (chunk_size - 1):
         raise InputError(f"chunk_size must be a power of two >= {MIN_CHUNK_SIZE}, got {chunk_size!r}")
     if seq_len % chunk_size:
         raise InputError(f"sequence length T={seq_len} is not divisible by chunk_size={chunk_size}")
+    if chunk_size > ONE_TILE_CHUNK_MAX.get(algorithm, chunk_size):
+        raise InputError(f"{algorithm} supports chunk_size <= {ONE_TILE_CHUNK_MAX[algorithm]} (a chunk is "
+                         f"one SRAM tile), got {chunk_size}")
 
 
 def _check_initial_state(initial_state: InitialState, q: Tensor, v: Tensor) -> None:

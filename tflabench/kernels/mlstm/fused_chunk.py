@@ -16,19 +16,19 @@ from dataclasses import dataclass
 import torch
 
 from tflabench.errors import InputError
-from tflabench.kernels.mlstm import triton_fused
+from tflabench.kernels.mlstm import triton_fused, xl_chunk
 from tflabench.kernels.mlstm.launch import (
     FUSED_CHUNK_MAX,
     contiguous_last,
     empty_with_strides_of,
+    fused_state_blocks,
     gate_grads,
-    largest_pow2_block,
     next_pow2,
     token_strides,
 )
 
-#: the most fp32 elements of the state tile one program keeps in registers by default (Dqk x BV or BK x Dv)
-STATE_TILE_ELEMENTS = 8192
+#: the backward passes a fused-chunk forward can be followed by (`FusedTiling.backward`)
+BACKWARDS = ("tfla", "fused")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,10 @@ class FusedTiling:
     chunk: L, one tile (<= 128). Forward: block_v (BV, the value columns of one program; its state tile is
     [Dqk, BV]), num_warps, num_stages. Backward: dq_block_qk and dk_block_qk (BK: the dQ and dK programs
     keep a [BK, Dv] state tile), dv_block_v (BV of the dV program, a [Dqk, BV] tile), bwd_num_warps,
-    bwd_num_stages. `FusedTiling.default` is the measured choice.
+    bwd_num_stages. backward: "tfla" (TFLA's backward kernels, `xl_chunk.tfla_backward`, fed with this
+    forward's row statistics) or "fused" (the kernels of `triton_fused`, state gradients on chip).
+    `FusedTiling.default` is the measured choice: the TFLA backward, 1.3-7x faster than the fused one on
+    every shape measured (results/perf-log.md, v6).
     """
 
     chunk: int
@@ -50,30 +53,26 @@ class FusedTiling:
     dv_block_v: int = 64
     bwd_num_warps: int = 8
     bwd_num_stages: int = 2
+    backward: str = "tfla"
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int) -> FusedTiling:
-        """State tiles of at most STATE_TILE_ELEMENTS fp32 values (64 registers per thread at 4 warps),
-        value and Dqk blocks at least 16 and dividing the head dims."""
-        value_cap = max(16, min(128, STATE_TILE_ELEMENTS // next_pow2(head_dim_qk)))
-        qk_cap = max(16, min(64, STATE_TILE_ELEMENTS // next_pow2(head_dim_v)))
-        return cls(
-            chunk=chunk,
-            block_v=largest_pow2_block(head_dim_v, value_cap),
-            dq_block_qk=largest_pow2_block(head_dim_qk, qk_cap),
-            dk_block_qk=largest_pow2_block(head_dim_qk, qk_cap),
-            dv_block_v=largest_pow2_block(head_dim_v, value_cap),
-        )
+        """State tiles of at most `launch.STATE_TILE_ELEMENTS` fp32 values (`launch.fused_state_blocks`)."""
+        value_block, qk_block = fused_state_blocks(head_dim_qk, head_dim_v)
+        return cls(chunk=chunk, block_v=value_block, dq_block_qk=qk_block, dk_block_qk=qk_block,
+                   dv_block_v=value_block)
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         if self.chunk > FUSED_CHUNK_MAX:
-            raise InputError(f"fused_chunk holds a chunk in one SRAM tile: chunk_size <= {FUSED_CHUNK_MAX}, "
-                             f"got {self.chunk}")
+            raise InputError(f"fused_chunk supports chunk_size <= {FUSED_CHUNK_MAX} (a chunk is one SRAM "
+                             f"tile), got {self.chunk}")
         for name, dim in (("block_v", head_dim_v), ("dv_block_v", head_dim_v),
                           ("dq_block_qk", head_dim_qk), ("dk_block_qk", head_dim_qk)):
             block = getattr(self, name)
             if block < 16 or block & (block - 1) or dim % block:
                 raise InputError(f"fused tiling {name}={block} must be a power of two >= 16 dividing {dim}")
+        if self.backward not in BACKWARDS:
+            raise InputError(f"fused tiling backward must be one of {BACKWARDS}, got {self.backward!r}")
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,8 @@ def _common_args(i: torch.Tensor, config: _Config):
 
 
 def _forward(q, k, v, i, f, initial, config: _Config):
-    """Returns h, denom, m_comb ([B*H, T] fp32), maxes [B*H, NC+1], c_last [B*H, Dqk, Dv], n_last [B*H, Dqk]."""
+    """Returns h, denom and m_comb ([B*H, T] fp32), maxes [B*H, NC+1], c_last [B*H, Dqk, Dv] and
+    n_last [B*H, Dqk]."""
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
     tiling = config.tiling
@@ -188,8 +188,15 @@ class _MLSTMFusedChunk(torch.autograd.Function):
         if dh is None:
             dh = torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
         dc_last = dc_last.float().contiguous() if dc_last is not None else None
-        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, contiguous_last(dh), dc_last, initial,
-                                            (denom, m_comb, maxes, c_last), ctx.config)
+        config, row_stats = ctx.config, (denom, m_comb, maxes, c_last)
+        if config.tiling.backward == "tfla":
+            dq, dk, dv, di, df, dc0 = xl_chunk.tfla_backward(
+                q, k, v, i, f, contiguous_last(dh), dc_last, initial, row_stats,
+                chunk_size=config.tiling.chunk, variant="sig" if config.sig else "exp",
+                normalize=config.normalize)
+        else:
+            dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, contiguous_last(dh), dc_last, initial,
+                                                row_stats, config)
         return None, dq, dk, dv, di, df, dc0 if ctx.has_initial else None, None, None
 
 

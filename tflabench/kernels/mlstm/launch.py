@@ -12,6 +12,10 @@ import torch
 #: limit_chunk and fused_chunk hold one chunk in one SRAM tile
 LIMIT_CHUNK_MAX = 128
 FUSED_CHUNK_MAX = 128
+ONE_TILE_CHUNK_MAX = {"limit_chunk": LIMIT_CHUNK_MAX, "fused_chunk": FUSED_CHUNK_MAX}
+#: the most fp32 elements of the state tile a fused-chunk program keeps in registers by default
+#: (Dqk x BV or BK x Dv: 64 registers per thread at 4 warps)
+STATE_TILE_ELEMENTS = 8192
 
 
 def largest_pow2_block(dim: int, cap: int) -> int:
@@ -25,6 +29,14 @@ def largest_pow2_block(dim: int, cap: int) -> int:
 def next_pow2(dim: int) -> int:
     """The smallest power of two >= dim (the padded width of a head dim held whole in one tile)."""
     return 1 << (dim - 1).bit_length()
+
+
+def fused_state_blocks(head_dim_qk: int, head_dim_v: int) -> tuple[int, int]:
+    """(value block BV of the [Dqk, BV] state tiles, Dqk block BK of the [BK, Dv] ones) of the fused-chunk
+    kernels: tiles of at most STATE_TILE_ELEMENTS, blocks from 16 to 128 (BK: 64) dividing the head dims."""
+    value_cap = max(16, min(128, STATE_TILE_ELEMENTS // next_pow2(head_dim_qk)))
+    qk_cap = max(16, min(64, STATE_TILE_ELEMENTS // next_pow2(head_dim_v)))
+    return largest_pow2_block(head_dim_v, value_cap), largest_pow2_block(head_dim_qk, qk_cap)
 
 
 def token_strides(x: torch.Tensor) -> tuple[int, int, int]:

@@ -1,4 +1,5 @@
-"""Plain-PyTorch mLSTM references: the test oracles of the TFLA Triton kernels (mlstm-tfla.md §1-§5).
+"""Plain-PyTorch mLSTM references: the test oracles of the TFLA Triton kernels
+(docs/reference/mlstm-math.md#interface).
 
 Three formulations of the same cell output h-tilde (before output gate and NORM), for mLSTMexp and mLSTMsig:
 

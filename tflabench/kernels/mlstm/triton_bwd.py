@@ -1,7 +1,8 @@
 """TFLA backward kernels for the mLSTM (mLSTMexp and mLSTMsig), in Triton.
 
-The max states m and the denominator are constants of the backward pass (mlstm-tfla.md §5.1): the forward
-pass stores the per-token denominator and m_comb, so no online rescaling happens here. With
+The max states m and the denominator are constants of the backward pass
+(docs/reference/mlstm-math.md#gradient-convention): the forward pass stores the per-token denominator
+and m_comb, so no online rescaling happens here. With
 dHt = dH / denom (row-wise) and, for chunk c (0-based) with states[c] the state before it:
 
 * `chunk_state_grads_kernel`: dC_{c-1} = gbar_c dC_c + Qbar_c^T dHt_c (Eqs. 63-64), a reverse recurrence

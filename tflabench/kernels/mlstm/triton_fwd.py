@@ -1,6 +1,6 @@
 """TFLA forward kernels for the mLSTM (mLSTMexp and mLSTMsig), in Triton.
 
-Three launches per forward pass (mlstm-tfla.md §4.6, §6):
+Three launches per forward pass (docs/reference/mlstm-math.md#chunkwise-form, #tiling):
 
 1. `gate_cumsum_kernel`: log gates. b[t] = inclusive cumsum of log sigmoid(f) from the start of t's chunk,
    ig[t] = log input gate (i for mLSTMexp, log sigmoid(i) for mLSTMsig). Both fp32, head-first [B*H, T].
@@ -33,7 +33,8 @@ def chunk_program(NC, H, tiles_0, tiles_1):
     The tile counts are runtime arguments that the kernels exclude from specialization (`chunk_kernel`), so
     the tile indices stay runtime values, as the 3-D grid's program ids were: with the counts as constexprs,
     a count of 1 made them compile-time zeros, and Triton 3.6 compiled the output kernel at Dqk 64 / Dv 32,
-    L 64 into one that reads shared memory out of bounds (compute-sanitizer memcheck, H200, session 4).
+    L 64 into one that reads shared memory out of bounds (compute-sanitizer memcheck on an H200,
+    results/perf-log.md).
     The tile indices are int32; the chunk and B * H indices, which scale base pointers, int64."""
     pid = tl.program_id(0)
     pid_cbh = (pid // (tiles_0 * tiles_1)).to(tl.int64)

@@ -87,10 +87,10 @@ class Tiling:
         instead of twice: forward + backward 2.6-3.0 % faster at 128/256, L 128, in three runs; 112 KB of
         shared memory at 128/256 and 152 KB at 256/512 and above, scripts/kernel_resources.py). Its output
         programs take two query tiles each where the chunk has two or more (the state tile read once for
-        both: Nsight Compute showed the output kernel bound by L2 throughput, session 5). At Dqk > 128
-        its output kernel takes one query tile and one pipeline stage: with two of either it needed
+        both: Nsight Compute showed the output kernel bound by L2 throughput, results/perf-log.md v5). At
+        Dqk > 128 its output kernel takes one query tile and one pipeline stage: with two of either it needed
         136-192 KB of shared memory there, one program per SM (one stage, one tile: 64 KB; forward 10-27 %
-        faster at Dqk = Dv = 256 and 512, session 5)."""
+        faster at Dqk = Dv = 256 and 512, results/perf-log.md v5)."""
         tile = chunk if limit else min(64, chunk)
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
@@ -152,10 +152,10 @@ class _Forward:
 
     h: torch.Tensor | None
     states: torch.Tensor | None  # [B*H, NC, Dqk, Dv], states before each chunk (matmul operand dtype)
-    norms: torch.Tensor  # [B*H, NC, Dqk] fp32
+    norms: torch.Tensor | None  # [B*H, NC, Dqk] fp32 (the output kernel's; the backward pass needs none)
     maxes: torch.Tensor  # [B*H, NC+1] fp32
     c_last: torch.Tensor  # [B*H, Dqk, Dv] fp32
-    n_last: torch.Tensor  # [B*H, Dqk] fp32
+    n_last: torch.Tensor | None  # [B*H, Dqk] fp32 (returned, not needed backward)
     denom: torch.Tensor  # [B*H, T]
     m_comb: torch.Tensor  # [B*H, T]
     log_f_cumsum: torch.Tensor  # [B*H, T]
@@ -292,6 +292,34 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
 
 
+def _recompute_states(k, v, fwd: _Forward, initial, tiling: Tiling, sig: bool) -> torch.Tensor:
+    """The chunk states [B*H, NC, Dqk, Dv] again, for a backward pass whose forward did not keep them."""
+    states, *_ = _chunk_states(k, v, fwd.log_f_cumsum, fwd.log_i, initial, tiling, not sig, False,
+                               fwd.state_dtype)
+    return states
+
+
+def tfla_backward(q, k, v, i, f, dh, dc_last, initial, row_stats, *, chunk_size: int, variant: str,
+                  normalize: bool):
+    """The TFLA backward pass after a forward pass computed by another algorithm (`fused_chunk`).
+
+    row_stats: (denom, m_comb [B*H, T], maxes [B*H, NC+1], c_last [B*H, Dqk, Dv]) as the TFLA forward writes
+    them; the maxes must come from one max update per chunk, which TFLA's recurrence makes when its
+    sub-chunk `block_state` is the whole chunk (chunk_size <= 128). initial: fp32 (C_0, n_0, m_0) or None.
+    Returns dq, dk, dv, di, df, dc0 as `_backward`.
+    """
+    B, T, H, DQK = q.shape
+    tiling = Tiling.default(chunk_size, DQK, v.shape[-1], variant=variant)
+    if tiling.block_state != chunk_size:
+        raise InputError(f"the TFLA backward after another forward needs chunk_size <= 128, got {chunk_size}")
+    sig = variant == "sig"
+    denom, m_comb, maxes, c_last = row_stats
+    log_f_cumsum, log_i = _gate_cumsums(i, f, tiling, sig)
+    fwd = _Forward(None, None, None, maxes, c_last, None, denom, m_comb, log_f_cumsum, log_i, q.dtype)
+    return _backward(q, k, v, i, f, dh, dc_last, fwd,
+                     lambda: _recompute_states(k, v, fwd, initial, tiling, sig), tiling, sig, normalize)
+
+
 @dataclass(frozen=True)
 class _Config:
     tiling: Tiling
@@ -333,8 +361,7 @@ class _MLSTMChunkwise(torch.autograd.Function):
         initial = tuple(initial) if ctx.has_initial else None
 
         def recompute_states():
-            return _chunk_states(k, v, fwd.log_f_cumsum, fwd.log_i, initial, config.tiling, not config.sig,
-                                 False, config.state_dtype)[0]
+            return _recompute_states(k, v, fwd, initial, config.tiling, config.sig)
 
         if dh is None:
             dh = torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)

@@ -1,0 +1,47 @@
+"""Write the measured table of `tflabench.kernels.mlstm.choice` (choices.json) from tfla-grid runs.
+
+Usage: python scripts/build_choice_table.py RUN_DIR [RUN_DIR ...]
+Each run's measured rows (status ok) of our explicit algorithms (tflabench.mlstm_{sig,exp}.{xl_chunk,
+limit_chunk,fused_chunk}) become table rows keyed by GPU model, variant, mode and shape; `choice.choose`
+takes the fastest row that fits what it is asked.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+from tflabench.kernels.mlstm import choice
+
+EXPLICIT = ("xl_chunk", "limit_chunk", "fused_chunk")
+SHAPE_COLUMNS = ("batch", "seq_len", "heads", "head_dim_qk", "head_dim_v")
+
+
+def table_rows(run_dir: Path) -> list[dict]:
+    rows = []
+    with open(run_dir / "results.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            _, family, algorithm = (row["kernel"].split(".") + ["", ""])[:3]
+            gpu = choice.gpu_key(row["gpu"])
+            ours = row["kernel"].startswith("tflabench.") and algorithm in EXPLICIT
+            if row["status"] != "ok" or not ours or gpu is None or row["dtype"] != "bfloat16":
+                continue
+            rows.append({"gpu": gpu, "variant": family.removeprefix("mlstm_"), "mode": row["mode"],
+                         "shape": {name: int(row[name]) for name in SHAPE_COLUMNS}, "algorithm": algorithm,
+                         "chunk_size": int(row["chunk_size"]), "median_ms": round(float(row["time_ms"]), 4)})
+    return rows
+
+
+def main(run_dirs: list[str]) -> None:
+    rows = [row for run_dir in run_dirs for row in table_rows(Path(run_dir))]
+    runs = ", ".join(Path(run_dir).as_posix() for run_dir in run_dirs)
+    source = f"bf16 medians of the tfla-grid runs {runs}"
+    path = Path(choice.__file__).with_name(choice.TABLE)
+    path.write_text(json.dumps({"source": source, "rows": rows}, indent=None, separators=(",", ":")) + "\n")
+    print(f"wrote {len(rows)} rows to {path}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
