@@ -107,9 +107,12 @@ def resources(launch: Launch) -> dict:
 
 def _launches(args: argparse.Namespace) -> list[Launch]:
     """The launches of one forward and one backward pass at the requested shape and tiling."""
-    from tflabench.kernels.mlstm import xl_chunk
+    from tflabench.kernels.mlstm import fused_chunk, xl_chunk
 
-    tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant, limit=args.limit)
+    if args.algorithm == "fused_chunk":
+        tiling = fused_chunk.FusedTiling.default(args.chunk, args.dqk, args.dv)
+    else:
+        tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant, limit=args.limit)
     changes = dict(change.split("=") for change in args.set)
     tiling = dataclasses.replace(tiling, **{name: int(value) for name, value in changes.items()})
     tiling.check(args.dqk, args.dv)
@@ -119,9 +122,24 @@ def _launches(args: argparse.Namespace) -> list[Launch]:
     i, f = torch.randn(B, T, H), torch.randn(B, T, H)
     sig, normalize = args.variant == "sig", args.variant == "exp"
     with captured_launches() as launches:
+        if args.algorithm == "fused_chunk":
+            _fused_launches(q, k, v, i, f, tiling, args.variant)
+            return launches
         forward = xl_chunk._forward(q, k, v, i, f, None, tiling, sig, normalize, 1e-6, torch.bfloat16)
         xl_chunk._backward(q, k, v, i, f, torch.randn_like(v), None, forward, None, tiling, sig, normalize)
     return launches
+
+
+def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
+    """One forward and one backward pass of `fused_chunk` (the backward of `tiling.backward`)."""
+    from tflabench.kernels.mlstm import fused_chunk
+
+    config = fused_chunk._Config(tiling=tiling, sig=variant == "sig", normalize=variant == "exp", eps=1e-6,
+                                 return_final_state=False)
+    h, denom, m_comb, maxes, c_last, _ = fused_chunk._forward(q, k, v, i, f, None, config)
+    if tiling.backward == "fused":
+        fused_chunk._backward(q, k, v, i, f, torch.randn_like(v), None, None, (denom, m_comb, maxes, c_last),
+                              config)
 
 
 def main() -> None:
@@ -130,9 +148,10 @@ def main() -> None:
     parser.add_argument("--dv", type=int, default=256)
     parser.add_argument("--chunk", type=int, default=128)
     parser.add_argument("--variant", choices=("sig", "exp"), default="sig")
+    parser.add_argument("--algorithm", choices=("xl_chunk", "fused_chunk"), default="xl_chunk")
     parser.add_argument("--limit", action="store_true", help="limit_chunk's tiling (one tile per chunk)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="change a Tiling field (repeatable), e.g. dv_block_v=256")
+                        help="change a tiling field (repeatable), e.g. dv_block_v=256")
     args = parser.parse_args()
     print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}")
     for launch in _launches(args):
