@@ -110,7 +110,7 @@ def _launches(args: argparse.Namespace) -> list[Launch]:
     from tflabench.kernels.mlstm import fused_chunk, xl_chunk
 
     if args.algorithm == "fused_chunk":
-        tiling = fused_chunk.FusedTiling.default(args.chunk, args.dqk, args.dv)
+        tiling = fused_chunk.FusedTiling.default(args.chunk, args.dqk, args.dv, variant=args.variant)
     else:
         tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant, limit=args.limit)
     changes = dict(change.split("=") for change in args.set)

@@ -56,11 +56,16 @@ class FusedTiling:
     backward: str = "tfla"
 
     @classmethod
-    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int) -> FusedTiling:
-        """State tiles of at most `launch.STATE_TILE_ELEMENTS` fp32 values (`launch.fused_state_blocks`)."""
+    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, variant: str = "sig") -> FusedTiling:
+        """State tiles of at most `launch.STATE_TILE_ELEMENTS` fp32 values (`launch.fused_state_blocks`).
+
+        The mLSTMexp forward runs 8 warps: it keeps the running max and the normalizer on chip besides the
+        state, and at 4 warps spills 520-1752 bytes per thread at L = 64 (`scripts/kernel_resources.py
+        --algorithm fused_chunk`), 200-776 at 8 warps; results/perf-log.md (v6) has the timings.
+        """
         value_block, qk_block = fused_state_blocks(head_dim_qk, head_dim_v)
-        return cls(chunk=chunk, block_v=value_block, dq_block_qk=qk_block, dk_block_qk=qk_block,
-                   dv_block_v=value_block)
+        return cls(chunk=chunk, block_v=value_block, num_warps=8 if variant == "exp" else 4,
+                   dq_block_qk=qk_block, dk_block_qk=qk_block, dv_block_v=value_block)
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         if self.chunk > FUSED_CHUNK_MAX:
@@ -209,7 +214,7 @@ def mlstm_fused_chunk(q, k, v, i, f, *, variant: str, chunk_size: int, normalize
     """
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
-    tiling = tiling or FusedTiling.default(chunk_size, DQK, DV)
+    tiling = tiling or FusedTiling.default(chunk_size, DQK, DV, variant=variant)
     if tiling.chunk != chunk_size:
         raise InputError(f"fused tiling chunk {tiling.chunk} differs from chunk_size {chunk_size}")
     tiling.check(DQK, DV)
