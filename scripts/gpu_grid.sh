@@ -8,7 +8,7 @@
 #   TFLABENCH_GIT_COMMIT=<commit> bash scripts/gpu_grid.sh RUN [COMMAND_S]
 #     RUN        run name, e.g. grid-h100 (results/RUN)
 #     COMMAND_S  seconds this call may take (default 570: the device's 600 s less a margin)
-# Carry ["wheels"] (fla-core and mlstm-kernels wheels, git-ignored). Files back under $OUT: RUN.tar.gz (the
+# TFLABENCH_GRID_KERNELS replaces the explicit kernel list (the first stage). Carry ["wheels"] (fla-core and mlstm-kernels wheels, git-ignored). Files back under $OUT: RUN.tar.gz (the
 # run), choices.json (when rebuilt), the sweep log's tail on stdout.
 set -uo pipefail
 
@@ -19,7 +19,7 @@ run_dir=results/$run
 log=$run_dir/sweep-log.txt
 report_s=60
 SECONDS=0
-explicit="tflabench.*.xl_chunk,tflabench.*.fused_chunk,mlstm_kernels.mlstm_sig.xl_chunk,fla.chunk_simple_gla"
+explicit=${TFLABENCH_GRID_KERNELS:-"tflabench.*.xl_chunk,tflabench.*.fused_chunk,mlstm_kernels.mlstm_sig.xl_chunk,fla.chunk_simple_gla"}
 
 [[ -d /tmp/site/fla ]] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
     wheels/*.whl || exit 1
