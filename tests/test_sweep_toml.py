@@ -22,7 +22,8 @@ _BAD_VALUES = {
     "dtype": ['"float64"', "[]", "1", '["bfloat16", 3]'],
     "mode": ['"backward"', "[]", "[true]"],
 }
-_BAD_MEASURE = {"warmup": _BAD_INT, "repeats": _BAD_INT, "timeout": _BAD_POSITIVE_NUMBER}
+_BAD_MEASURE = {"warmup": [value for value in _BAD_INT if value != "0"], "repeats": _BAD_INT,
+                "timeout": _BAD_POSITIVE_NUMBER}
 
 
 def _bad_assignment(values: dict) -> st.SearchStrategy[tuple[str, str]]:

@@ -22,6 +22,8 @@ from typing import Annotated
 
 import typer
 
+from tflabench.inputs import output_dir
+
 DEFAULT_OUT = Path("results/_scratch/demo")
 
 
@@ -125,6 +127,7 @@ def run_demo(out: Path, quick: bool, run_command: Callable[[list[str]], None]) -
     from rich.console import Console
     from rich.panel import Panel
 
+    output_dir(out, "--out")
     console = Console()
     on_gpu = _cuda_available()
     if not on_gpu:
