@@ -87,7 +87,8 @@ def assert_clean_answer(code: object, stderr: str, argv: list[str]) -> None:
     assert "Traceback" not in stderr, f"traceback for {argv}: {stderr}"
     if code == 2:
         lines = stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), f"not one error line for {argv}: {stderr!r}"
+        one_line = len(lines) == 1 and lines[0].startswith("error: ")
+        assert one_line, f"not one error line for {argv}: {stderr!r}"
 
 
 def without_time(text: str) -> str:
@@ -132,8 +133,12 @@ def options(table: dict[str, st.SearchStrategy], flags: tuple[str, ...] = ()) ->
         lambda groups: [item for group in groups for item in group])
 
 
+NO_ARGUMENTS = st.just([])
+
+
 def command(name: str, table: dict[str, st.SearchStrategy], flags: tuple[str, ...] = (),
-            arguments: st.SearchStrategy[list] = st.just([])) -> st.SearchStrategy[list]:
+            arguments: st.SearchStrategy[list] = NO_ARGUMENTS) -> st.SearchStrategy[list]:
+    """``name``, its positional arguments, then a random subset of its options."""
     return st.tuples(arguments, options(table, flags)).map(lambda parts: [name, *parts[0], *parts[1]])
 
 
@@ -171,8 +176,8 @@ sweep_commands = command("sweep", {
     "--dtype": st.sampled_from(["float32", "bfloat16,float16", "float64", "", "🦀"]),
     "--mode": st.sampled_from(["fwd", "fwd,fwdbw", "bwd", ""]),
     "--warmup": numbers, "--repeats": numbers, "--timeout": numbers, "--budget": numbers,
-    "--run-name": st.one_of(st.sampled_from(["existing", "new-run", "..", ".", "a/b", "../escape", "x" * 300]),
-                            texts),
+    "--run-name": st.one_of(
+        st.sampled_from(["existing", "new-run", "..", ".", "a/b", "../escape", "x" * 300]), texts),
     "--out": paths,
     "--retry": st.sampled_from(["crash", "failed_check,timeout", "ok", "bogus", "", ","]),
     "--gpus": st.sampled_from(["0", "0,0", "a", "", "-1"]),
@@ -200,10 +205,12 @@ path_option_commands = st.tuples(st.sampled_from([
     ["sweep", "--dry-run", "--preset", "tiny", "--kernels", "tflabench.mlstm_sig.xl_chunk", "--config"],
     ["rederive"],
 ]), paths).map(lambda pair: [*pair[0], pair[1]])
+#: --python values that bundle rejects (a valid one with valid other options would download wheels)
+bad_pythons = texts.filter(lambda text: not re.fullmatch(r"3\.\d+", text))
 bundle_commands = command("bundle", {
     "--platform": st.one_of(st.just("manylinux_2_28_x86_64"), texts),
     "--dest": paths,
-}, arguments=texts.filter(lambda text: not re.fullmatch(r"3\.\d+", text)).map(lambda text: ["--python", text]))
+}, arguments=bad_pythons.map(lambda text: ["--python", text]))
 
 
 # ----------------------------------------------------------------------------------------------- tests

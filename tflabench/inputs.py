@@ -59,6 +59,8 @@ def finite_number(value: object, option: str, low: float = 0.0, high: float = ma
 def path_kind(path: Path, option: str) -> str:
     """``"dir"``, ``"file"`` (anything else that exists) or ``"missing"``; a path the system cannot look up
     (NUL byte, name too long, no permission) is an InputError."""
+    if "\0" in str(path):
+        raise InputError(f"{option} {str(path)!r}: a path cannot contain a NUL character")
     try:
         if path.is_dir():
             return "dir"
