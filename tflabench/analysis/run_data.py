@@ -161,6 +161,16 @@ def device_label(table: pd.DataFrame) -> str:
     return ", ".join(names) or "unknown device"
 
 
+#: the device column of rows measured on CPU tensors under the Triton interpreter
+CPU_INTERPRETER_DEVICE = "cpu-interpreter"
+
+
+def on_cpu_interpreter(table: pd.DataFrame) -> bool:
+    """Whether every row of the table ran under the Triton interpreter on CPU (no GPU, no peak memory)."""
+    devices = set(table["device"])
+    return devices == {CPU_INTERPRETER_DEVICE}
+
+
 def ceilings_label(ceilings) -> str:
     return f"{ceilings.flops / 1e12:.0f} TFLOP/s, {ceilings.bandwidth / 1e12:.2f} TB/s"
 
