@@ -9,8 +9,8 @@ Instead of the product of heads, head_dim_qk and head_dim_v, ``head_configs = [[
 lists (heads, head_dim_qk, head_dim_v) triples (the layer shapes of real models; preset ``tfla-grid``);
 setting any of those axes in an override replaces them for the kernels it matches.
 
-The TOML format (every list axis also accepts a single value, and integer axes a string ``"512..65536"``
-meaning powers of two from 512 to 65536)::
+The TOML format (docs/sweep-toml.md; every list axis also accepts a single value, and integer axes a string
+``"512..65536"`` meaning powers of two from 512 to 65536)::
 
     preset = "tfla-fig4"             # optional: start from a preset, then apply this file
 
