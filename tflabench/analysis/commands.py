@@ -22,7 +22,8 @@ from tflabench.inputs import finite_number, positive_int
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256,512,1024,2048,4096"
 _CHUNKLESS_FAMILIES = ("softmax_attention",)
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
+JsonFlag = Annotated[bool, typer.Option(
+    "--json", help='Print plain JSON instead of tables; on an error {"error": "..."} and exit code 2.')]
 GpuOption = Annotated[str, typer.Option(help="GPU key or alias (see `tflabench gpus`).")]
 MeasuredFlag = Annotated[
     bool, typer.Option("--measured", help="Use the stored calibration of the GPU (datasheet if none).")

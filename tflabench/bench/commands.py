@@ -1,8 +1,8 @@
 """`tflabench sweep` and `tflabench rederive`: the command-line side of a benchmark sweep.
 
-The sweep comes from defaults < ``--preset`` < ``--config FILE.toml`` < axis flags (see
-`tflabench.bench.sweep` for the TOML format); `tflabench.bench.engine` measures it into
-``<out>/<run-name>/`` (results.csv + meta.json).
+The sweep comes from defaults < ``--preset`` < ``--config FILE.toml`` < axis flags (the TOML format:
+docs/sweep-toml.md); `plan_sweep` checks every input, the same for ``--dry-run`` and the run;
+`tflabench.bench.engine` measures it into ``<out>/<run-name>/`` (results.csv + meta.json).
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def sweep(
     timeout: Annotated[float | None, typer.Option(help="Seconds per point, warm-up included.")] = None,
     run_name: Annotated[str | None, typer.Option(help="Run directory name (default: preset + time).")] = None,
     out: Annotated[Path, typer.Option(help="Parent directory of the run directories.")] = Path("results"),
-    resume: Annotated[bool, typer.Option(help="Continue a run: skip points already in results.csv.")] = False,
+    resume: Annotated[bool, typer.Option(
+        help="Continue the existing run --run-name: skip points already in its results.csv.")] = False,
     retry: Annotated[str | None, typer.Option(
         help="With --resume: measure again the points whose rows have these statuses (comma list, e.g. "
              "failed_check,crash); their rows move to results.<time>.retried.csv.")] = None,
@@ -88,7 +89,9 @@ def sweep(
     gpus: Annotated[str | None, typer.Option(
         help="CUDA device indices, comma list (e.g. 0,1): kernels run in parallel, one at a time per GPU "
              "(the GPUs must be of one model).")] = None,
-    dry_run: Annotated[bool, typer.Option(help="List the jobs and skip reasons; measure nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        help="Make every check of the run, then list each job with what the run would do (measure, skip, "
+             "or with --resume: done, measure again); measure nothing.")] = False,
 ) -> None:
     """Benchmark kernels over a sweep: runtime (median, IQR), peak memory, roofline columns."""
     flags = {"kernels": kernels, "seq_len": seq_len, "tokens": tokens, "batch": batch, "heads": heads,
