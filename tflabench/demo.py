@@ -159,7 +159,7 @@ def register(app: typer.Typer, run_command: Callable[[list[str]], None]) -> None
     def demo(
         out: Annotated[Path, typer.Option(help="Parent directory of the demo's sweep run.")] = DEFAULT_OUT,
         quick: Annotated[bool, typer.Option(
-            "--quick", help="Smaller sweep: the xl_chunk kernels at one sequence length.")] = False,
+            "--quick", help="Smaller sweep: the xl_chunk kernels at two short sequence lengths.")] = False,
     ) -> None:
         """The main job: analysis commands, a small sweep of our Triton kernels, its plots and report."""
         run_demo(out, quick, run_command)
