@@ -11,9 +11,9 @@ needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU 
 
 @needs_no_gpu
 def test_measuring_without_a_gpu_is_an_input_error():
-    with pytest.raises(InputError, match="^no CUDA GPU$"):
+    with pytest.raises(InputError, match="^no CUDA GPU"):
         calibrate.measure_ceilings()
-    with pytest.raises(InputError, match="^no CUDA GPU$"):
+    with pytest.raises(InputError, match="^no CUDA GPU"):
         calibrate.measure_matmul_flops(256, 1)
 
 

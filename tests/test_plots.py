@@ -193,9 +193,11 @@ def test_a_cpu_interpreter_run_has_no_gpu_roofs_and_no_model(tmp_path):
     table.to_csv(run_dir / "results.csv", index=False)
     run = run_data.load_run(run_dir)
     assert run_data.run_ceilings(run) == {}
-    lines = plots.plot_roofline(run).subfigs[0].axes[0].get_lines()
-    roofs = [line.get_label() for line in lines if "TFLOP/s," in line.get_label()]
-    assert len(roofs) == 2 and all("datasheet" in label for label in roofs)
+    roofline = plots.plot_roofline(run)
+    ax = roofline.subfigs[0].axes[0]
+    assert not [line.get_label() for line in ax.get_lines() if "TFLOP/s," in line.get_label()]
+    assert ax.get_ylabel().startswith("achieved MFLOP/s")
+    assert any("GPU roofs do not apply" in text.get_text() for text in ax.texts)
     assert "no GPU ceilings known for cpu-interpreter" in _figure_text(plots.plot_runtime_vs_memory(run))
     with pytest.raises(plots.NoDataError, match="no GPU ceilings"):
         plots.plot_model_vs_measured(run)
@@ -260,3 +262,40 @@ def test_plot_command_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, m
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_gpu_run_without_chunk_sweeps_is_not_called_a_cpu_run(tmp_path):
+    run_dir = _copy_fixture(tmp_path)
+    table = pd.read_csv(run_dir / "results.csv", dtype=str)
+    table[table["chunk_size"].isin(["128", ""])].to_csv(run_dir / "results.csv", index=False)
+    with pytest.raises(plots.NoDataError, match="needs a sweep over chunk sizes") as raised:
+        plots.plot_runtime_vs_memory(run_data.load_run(run_dir))
+    assert "CPU" not in str(raised.value)
+
+
+def test_many_kernels_get_their_family_colour_and_a_marker_and_line_of_their_own():
+    families = ["mlstm_sig"] * 5 + ["softmax_attention"] * 3 + ["gla"]
+    series = [(family, f"kernel{index}") for index, family in enumerate(families)]
+    styles = plots.series_styles(series, pd.DataFrame({"family": families}))
+    assert len({style["color"] for style in styles.values()}) == 3
+    for family in set(families):
+        members = [styles[label] for fam, label in series if fam == family]
+        assert len({style["color"] for style in members}) == 1
+        assert len({(style["marker"], style["ls"]) for style in members}) == len(members)
+
+
+def test_the_legend_is_below_the_panels_and_the_footnotes_are_wrapped_not_cut(tmp_path):
+    run_dir = _copy_fixture(tmp_path)
+    table = pd.read_csv(run_dir / "results.csv", dtype=str)
+    failed = table.index[table["status"] == "ok"][:1]
+    table.loc[failed, ["status", "reason"]] = ["error", "a reason " + "long " * 80 + "END"]
+    table.to_csv(run_dir / "results.csv", index=False)
+    fig = plots.plot_runtime_vs_seqlen(run_data.load_run(run_dir))
+    fig.canvas.draw()
+    legend = fig.subfigs[0].legends[0]
+    panels = [ax.get_window_extent() for ax in fig.subfigs[0].axes]
+    legend_box = legend.get_window_extent()
+    assert legend_box.y1 <= min(box.y0 for box in panels)
+    assert legend_box.width <= max(box.x1 for box in panels) - min(box.x0 for box in panels)
+    note = _figure_text(fig)
+    assert "END" in note and "…" not in note

@@ -169,12 +169,14 @@ def test_retry_measures_the_failed_points_again_and_keeps_their_old_rows(tmp_pat
     assert read_rows(tmp_path / "retry" / aside) == [row for row in first if row["status"] == "failed_check"]
 
 
-def test_retry_on_a_run_that_does_not_exist_yet_just_starts_it(tmp_path):
+def test_resume_of_a_run_that_does_not_exist_names_its_folder_and_the_runs_there(tmp_path):
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "meta.json").write_text("{}")
     result = run_sweep(sweep_command(tmp_path, "fresh", "--kernels", "fake.correct", "--seq-len", "16",
                                      "--chunk-size", "8", "--mode", "fwd", "--resume", "--retry", "crash"))
-    assert result.returncode == 0, result.stderr
-    assert "--retry: 0 rows (crash) to measure again" in result.stdout
-    assert [row["status"] for row in read_rows(tmp_path / "fresh" / "results.csv")] == ["ok"]
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert str(tmp_path / "fresh") in result.stderr and "earlier" in result.stderr
+    assert not (tmp_path / "fresh").exists()
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -6,6 +6,7 @@ turns input errors into a one-line message with exit code 2.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import typer
@@ -46,7 +47,11 @@ def version() -> None:
     typer.echo(__version__)
 
 
-def _fail(message: str, exit_code: int = 2) -> None:
+def _fail(message: str, exit_code: int = 2, as_json: bool = False) -> None:
+    """One ``error:`` line on stderr and the exit code; with --json, also ``{"error": message}`` on stdout
+    so that a script reading the JSON learns why there is none."""
+    if as_json:
+        typer.echo(json.dumps({"error": message}))
     typer.echo(f"error: {message}", err=True)
     sys.exit(exit_code)
 
@@ -56,19 +61,30 @@ def _is_click_exception(exc: BaseException) -> bool:
     return hasattr(exc, "format_message") and hasattr(exc, "exit_code")
 
 
+def _os_error_message(exc: OSError) -> str:
+    """A file-system error on a path the user named (full disk, a folder removed meanwhile, ...)."""
+    where = f" {str(exc.filename)!r}" if exc.filename else ""
+    return f"cannot access{where}: {exc.strerror or exc}"
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the app; bad input gives one line on stderr and exit code 2."""
+    """Console-script entry point: run the app; bad input gives one line on stderr and exit code 2 (with
+    --json, a JSON object with the error on stdout as well)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    as_json = "--json" in args
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=args, standalone_mode=False)
     except InputError as exc:
-        _fail(str(exc))
+        _fail(str(exc), as_json=as_json)
+    except OSError as exc:
+        _fail(_os_error_message(exc), as_json=as_json)
     except Exception as exc:
         if type(exc).__name__ == "Abort":
             _fail("aborted", 130)
         if not _is_click_exception(exc):
             raise
         message = exc.format_message().strip().splitlines()
-        _fail(message[0] if message else type(exc).__name__, exc.exit_code)
+        _fail(message[0] if message else type(exc).__name__, exc.exit_code, as_json=as_json)
     if isinstance(result, int) and result != 0:
         sys.exit(result)
 

@@ -22,6 +22,8 @@ from typing import Annotated
 
 import typer
 
+from tflabench.inputs import output_dir
+
 DEFAULT_OUT = Path("results/_scratch/demo")
 
 
@@ -125,6 +127,7 @@ def run_demo(out: Path, quick: bool, run_command: Callable[[list[str]], None]) -
     from rich.console import Console
     from rich.panel import Panel
 
+    output_dir(out, "--out")
     console = Console()
     on_gpu = _cuda_available()
     if not on_gpu:
@@ -156,7 +159,7 @@ def register(app: typer.Typer, run_command: Callable[[list[str]], None]) -> None
     def demo(
         out: Annotated[Path, typer.Option(help="Parent directory of the demo's sweep run.")] = DEFAULT_OUT,
         quick: Annotated[bool, typer.Option(
-            "--quick", help="Smaller sweep: the xl_chunk kernels at one sequence length.")] = False,
+            "--quick", help="Smaller sweep: the xl_chunk kernels at two short sequence lengths.")] = False,
     ) -> None:
         """The main job: analysis commands, a small sweep of our Triton kernels, its plots and report."""
         run_demo(out, quick, run_command)

@@ -28,7 +28,7 @@ def cuda_device_name() -> str:
     import torch
 
     if not torch.cuda.is_available():
-        raise InputError("no CUDA GPU")
+        raise InputError("no CUDA GPU here: calibrate measures the ceilings of a CUDA device")
     return torch.cuda.get_device_name(0)
 
 

@@ -17,11 +17,13 @@ from tflabench.analysis.roofline import RooflinePoint, roofline_point
 from tflabench.core import FAMILIES, PEAK_DTYPE_BYTES
 from tflabench.errors import InputError
 from tflabench.families.mlstm import MLSTM_VARIANTS
+from tflabench.inputs import finite_number, positive_int
 
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256,512,1024,2048,4096"
 _CHUNKLESS_FAMILIES = ("softmax_attention",)
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
+JsonFlag = Annotated[bool, typer.Option(
+    "--json", help='Print plain JSON instead of tables; on an error {"error": "..."} and exit code 2.')]
 GpuOption = Annotated[str, typer.Option(help="GPU key or alias (see `tflabench gpus`).")]
 MeasuredFlag = Annotated[
     bool, typer.Option("--measured", help="Use the stored calibration of the GPU (datasheet if none).")
@@ -62,12 +64,6 @@ def _echo_json(payload: dict) -> None:
     typer.echo(json.dumps(payload, indent=2))
 
 
-def _check_positive_int(name: str, value: int) -> int:
-    if value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value}")
-    return value
-
-
 def _parse_chunk_sizes(text: str, seq_len: int) -> list[int]:
     sizes = []
     for item in text.split(","):
@@ -75,7 +71,7 @@ def _parse_chunk_sizes(text: str, seq_len: int) -> list[int]:
             size = int(item)
         except ValueError:
             raise InputError(f"chunk sizes must be comma-separated positive integers, got {text!r}") from None
-        sizes.append(_check_positive_int("chunk size", size))
+        sizes.append(positive_int(size, "chunk size"))
     kept = sorted({size for size in sizes if size <= seq_len})
     if not kept:
         raise InputError(f"no chunk size in {text!r} is at most seq_len={seq_len}")
@@ -201,8 +197,12 @@ def optimal_chunk(
     """FLOP- and runtime-optimal chunk size of the mLSTM kernels, the runnable choice, Eq. 116 over L."""
     device = hardware.get_gpu(gpu)
     ceilings = _ceilings(device, "bfloat16", measured)
-    for name, value in (("head_dim_v", head_dim_v), ("batch", batch), ("heads", heads), ("seq_len", seq_len)):
-        _check_positive_int(name, value)
+    sizes = {"--head-dim-v": head_dim_v, "--batch": batch, "--heads": heads, "--seq-len": seq_len,
+             "--state-bytes": state_bytes}
+    for option, value in sizes.items():
+        positive_int(value, option)
+    finite_number(qk_ratio, "--qk-ratio", 0.0, oc.MAX_QK_RATIO)
+    finite_number(causal_factor, "--causal-factor", 0.5, 1.0, low_inclusive=True)
     model = {
         "head_dim_v": head_dim_v,
         "qk_ratio": qk_ratio,
@@ -328,7 +328,7 @@ def roofline(
     """Per chunk size: FLOPs, bytes, intensity, roofline bound, additive and overlapped model time."""
     device = hardware.get_gpu(gpu)
     ceilings = _ceilings(device, dtype, measured)
-    _check_positive_int("seq_len", seq_len)
+    positive_int(seq_len, "--seq-len")
     chunked = family not in _CHUNKLESS_FAMILIES and (
         family not in MLSTM_VARIANTS or formulation == "chunkwise"
     )
@@ -416,13 +416,15 @@ def calibrate(
     """Measure this GPU's bf16 matmul rate and copy bandwidth (read + write) and store them."""
     from tflabench.analysis.calibrate import cuda_device_name, measure_ceilings
 
+    for option, value in (("--matmul-size", matmul_size), ("--copy-mib", copy_mib), ("--repeats", repeats)):
+        positive_int(value, option)
+    requested = hardware.get_gpu(gpu) if gpu else None
     device_name = cuda_device_name()
-    device = hardware.get_gpu(gpu) if gpu else hardware.gpu_from_device_name(device_name)
+    device = requested or hardware.gpu_from_device_name(device_name)
     if device is None:
         raise InputError(
             f"GPU {device_name!r} is not in the database: pass --gpu KEY to store its calibration"
         )
-    _check_positive_int("copy_mib", copy_mib)
     measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
     path = hardware.save_measured_ceilings(device.key, measured) if save else None
     datasheet = hardware.datasheet_ceilings(device)

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from tflabench.errors import InputError
+from tflabench.inputs import output_dir
 
 #: Plot kinds in drawing order (the keys of `tflabench.analysis.plots.PLOT_KINDS`).
 PLOT_KIND_NAMES = ("runtime", "headdim", "memory", "roofline", "optimal-chunk", "model")
@@ -30,6 +31,10 @@ KindOption = Annotated[
 ]
 OutOption = Annotated[
     Path | None, typer.Option("--out", "-o", help="Output folder (default: <run dir>/plots).")
+]
+ReportOutOption = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="Folder of report.md and its plots/ (default: the run directory)."),
 ]
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="Comma-separated: png, svg.")]
 BaselineOption = Annotated[
@@ -72,7 +77,8 @@ def plot_command(
     from tflabench.analysis import plots, run_data
 
     loaded = run_data.load_run(run)
-    rendered = plots.render(loaded, kinds, out or loaded.directory / "plots", chosen_formats, strict=strict)
+    out_dir = output_dir(out or loaded.directory / "plots", "--out")
+    rendered = plots.render(loaded, kinds, out_dir, chosen_formats, strict=strict)
     for paths in rendered.files.values():
         for path in paths:
             typer.echo(f"wrote {path}")
@@ -80,12 +86,12 @@ def plot_command(
         typer.echo(f"skipped {name}: {reason}")
 
 
-def report_command(run: RunArgument, baseline: BaselineOption = None) -> None:
-    """Write results/<run>/report.md: speed-up tables, the TFLA paper's published numbers next to the run's,
-    plots, failures with reasons and provenance."""
+def report_command(run: RunArgument, baseline: BaselineOption = None, out: ReportOutOption = None) -> None:
+    """Write report.md of a run (into the run directory, or --out): speed-up tables, the TFLA paper's
+    published numbers next to the run's, plots, failures with reasons and provenance."""
     from tflabench.analysis.report import write_report
 
-    typer.echo(f"wrote {write_report(run, baseline)}")
+    typer.echo(f"wrote {write_report(run, baseline, out)}")
 
 
 def register(app: typer.Typer) -> None:

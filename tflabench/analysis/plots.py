@@ -27,6 +27,8 @@ need it.
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +57,7 @@ from tflabench.analysis.run_data import (
     model_ceilings,
     modes_of,
     not_measured,
+    on_cpu_interpreter,
     run_ceilings,
     run_dtype,
     run_gpu,
@@ -93,6 +96,16 @@ PANEL_SIZE = (5.0, 3.8)  # inches per panel
 MODE_TITLES = {"fwd": "forward", "fwdbw": "forward + backward"}
 MODE_MARKERS = {"fwd": "o", "fwdbw": "s"}
 SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+#: with the markers, 36 distinct (marker, line style) pairs per family
+LINE_STYLES = ("-", "--", "-.", ":")
+FAMILY_PALETTE = matplotlib.colormaps["tab10"].colors + matplotlib.colormaps["Dark2"].colors
+#: legend labels wrap at this many characters; one legend column per this many inches of figure width
+LEGEND_LABEL_CHARS = 58
+LEGEND_COLUMN_INCHES = 4.8
+#: height of one legend text line in inches (7.5 pt with the legend's line spacing)
+LEGEND_LINE_INCHES = 0.18
+#: characters of the footnote font (7 pt monospace) per inch of figure width
+NOTE_CHARS_PER_INCH = 16
 LEGEND_TITLE = "kernel   heads×d_qk/d_v   chunk L"
 #: GPUs of the optimal-chunk figure (hardware DB names; the TFLA paper's set plus the H200).
 CHUNK_FIGURE_GPUS = ("v100", "a100", "h100", "h200", "b200")
@@ -109,10 +122,25 @@ class NoDataError(InputError):
 
 
 def kernel_colors(table: pd.DataFrame) -> dict[str, tuple]:
-    """One colour per kernel name, stable across all figures of a run."""
-    palette = matplotlib.colormaps["tab10"].colors + matplotlib.colormaps["Dark2"].colors
+    """One colour per kernel name, stable across all figures of a run (figures of few kernels)."""
     kernels = sorted(set(table["kernel"]))
-    return {kernel: palette[index % len(palette)] for index, kernel in enumerate(kernels)}
+    return {kernel: FAMILY_PALETTE[index % len(FAMILY_PALETTE)] for index, kernel in enumerate(kernels)}
+
+
+def series_styles(series: Iterable[tuple[str, str]], table: pd.DataFrame) -> dict[str, dict]:
+    """Style per series from (family, label) pairs, in family then label order: the colour of its kernel
+    family, and a marker and line style that no other series of the family has (figures of many kernels:
+    colour says which family, marker and line which kernel)."""
+    families = sorted(set(table["family"]))
+    colors = {family: FAMILY_PALETTE[index % len(FAMILY_PALETTE)] for index, family in enumerate(families)}
+    styles: dict[str, dict] = {}
+    used: dict[str, int] = {}
+    for family, label in sorted(set(series)):
+        index = used.get(family, 0)
+        used[family] = index + 1
+        styles[label] = {"color": colors[family], "marker": SERIES_MARKERS[index % len(SERIES_MARKERS)],
+                         "ls": LINE_STYLES[index % len(LINE_STYLES)]}
+    return styles
 
 
 def _figure(ncols: int, nrows: int = 1, width: float | None = None, height: float | None = None, **grid):
@@ -158,20 +186,28 @@ def _log10_axis(ax: Axes, which: str) -> None:
 
 
 def _shared_legend(panels, axes: Iterable[Axes], title: str, extra: Iterable[Line2D] = ()) -> None:
+    """One legend for all panels, below them in as many columns as the figure's width holds, its labels
+    wrapped (so it is never wider than the panels)."""
     handles: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
     for proxy in extra:
         handles.setdefault(proxy.get_label(), proxy)
-    if handles:
-        panels.legend(
-            handles.values(), handles.keys(), loc="outside right upper", title=title, alignment="left"
-        )
+    if not handles:
+        return
+    labels = [textwrap.fill(label, LEGEND_LABEL_CHARS, subsequent_indent="    ") for label in handles]
+    fig = panels.figure
+    columns = min(len(labels), max(1, int(fig.get_figwidth() // LEGEND_COLUMN_INCHES)))
+    panels.legend(handles.values(), labels, loc="outside lower center", title=title, alignment="left",
+                  ncols=columns)
+    text_lines = sum(label.count("\n") + 1 for label in labels)
+    fig.set_figheight(fig.get_figheight() + (math.ceil(text_lines / columns) + 2) * LEGEND_LINE_INCHES)
 
 
 def _note_below(fig: Figure, heading: str, lines: list[str]) -> None:
-    """List lines of text under the figure (saved with bbox_inches="tight", so they extend it)."""
+    """List lines of text under the figure (saved with bbox_inches="tight", so they extend it), each
+    wrapped to the figure's width."""
     if not lines:
         return
     if len(lines) > MAX_NOTE_LINES:
@@ -179,7 +215,9 @@ def _note_below(fig: Figure, heading: str, lines: list[str]) -> None:
             *lines[: MAX_NOTE_LINES - 1],
             f"… and {len(lines) - MAX_NOTE_LINES + 1} more (see report.md)",
         ]
-    text = "\n".join([heading, *(f"  {line}" for line in lines)])
+    width = int(fig.get_figwidth() * NOTE_CHARS_PER_INCH)
+    wrapped = [textwrap.fill(line, width, initial_indent="  ", subsequent_indent="      ") for line in lines]
+    text = "\n".join([heading, *wrapped])
     fig.text(0.005, -0.01, text, ha="left", va="top", fontsize=7, family="DejaVu Sans Mono", color="#333333")
 
 
@@ -218,16 +256,6 @@ def seqlen_series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return series
 
 
-def _series_markers(labels: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Marker per series label, cycling within each kernel (colour is per kernel)."""
-    markers, used = {}, {}
-    for kernel, label in sorted(labels):
-        index = used.get(kernel, 0)
-        markers[label] = SERIES_MARKERS[index % len(SERIES_MARKERS)]
-        used[kernel] = index + 1
-    return markers
-
-
 def headdim_series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """Lines of the head-dim figure: one per kernel, chunk size, sequence length, batch, d_qk/d_v ratio and
     model width (heads × d_v) that was measured at two or more value head dims, sorted by head dim."""
@@ -261,14 +289,18 @@ def _draw_runtime_panels(run: Run, series_by_mode: dict[str, list], x: str, xlab
     """One panel per mode: median runtime (ms, log) against column ``x`` (log2) for each of the mode's
     series (label, rows), the interquartile range shaded; the rows that were not measured listed under
     the plot."""
-    colors = kernel_colors(run.table)
+    styles = series_styles(
+        ((rows["family"].iloc[0], label) for series in series_by_mode.values() for label, rows in series),
+        run.table,
+    )
+    order = {label: rank for rank, label in enumerate(styles)}
     fig, panels, axes = _figure(len(series_by_mode))
     for ax, (mode, series) in zip(axes[0], series_by_mode.items(), strict=True):
-        markers = _series_markers((rows["kernel"].iloc[0], label) for label, rows in series)
-        for label, rows in series:
-            color = colors[rows["kernel"].iloc[0]]
-            ax.plot(rows[x], rows["time_ms"], marker=markers[label], color=color, label=label)
-            ax.fill_between(rows[x], rows["time_ms_q25"], rows["time_ms_q75"], color=color, alpha=0.15, lw=0)
+        for label, rows in sorted(series, key=lambda item: order[item[0]]):
+            style = styles[label]
+            ax.plot(rows[x], rows["time_ms"], label=label, **style)
+            band = (rows["time_ms_q25"], rows["time_ms_q75"])
+            ax.fill_between(rows[x], *band, color=style["color"], alpha=0.1, lw=0)
         if not series:
             _empty_panel(ax, f"no kernel measured in mode {mode}")
         ax.set_title(MODE_TITLES[mode])
@@ -278,7 +310,7 @@ def _draw_runtime_panels(run: Run, series_by_mode: dict[str, list], x: str, xlab
         _log10_axis(ax, "y")
     _shared_legend(panels, axes[0], legend_title)
     _note_below(
-        fig, "Not measured (status: reason):", [entry.describe(110) for entry in not_measured(run.table)]
+        fig, "Not measured (status: reason):", [entry.describe() for entry in not_measured(run.table)]
     )
     return fig
 
@@ -327,8 +359,10 @@ def plot_runtime_vs_memory(run: Run) -> Figure:
     """
     sweeps = [sweep for sweep in chunk_sweeps(run) if sweep.rows["peak_mem_mib"].notna().sum() >= 2]
     if not sweeps:
-        raise NoDataError("no kernel configuration of this run has a peak memory at two or more chunk sizes "
-                          "(CPU-interpreter runs measure none)")
+        why = ("CPU-interpreter runs measure no peak memory" if on_cpu_interpreter(run.table)
+               else "the figure needs a sweep over chunk sizes")
+        raise NoDataError(f"no kernel configuration of this run has a peak memory at two or more chunk sizes "
+                          f"({why})")
     optima = {id(optimum.sweep): optimum for optimum in chunk_optima(run, sweeps)}
     colors = kernel_colors(run.table)
     modes = [mode for mode in MODES if any(sweep.mode == mode for sweep in sweeps)]
@@ -438,65 +472,85 @@ def plot_roofline(run: Run) -> Figure:
     """Achieved TFLOP/s vs arithmetic intensity (FLOP/byte, both log) of every measured row (TFLA Fig. 19).
 
     Roofs min(alpha, beta * I): the run GPU's datasheet (solid) and measured (dashed) ceilings, H100 and
-    A100 datasheet roofs in grey. Points of chunk sweeps are labelled with their chunk size.
+    A100 datasheet roofs in grey. Colour says the kernel family, the marker the kernel; forward points are
+    filled, forward+backward ones hollow. Points of chunk sweeps are joined and labelled with their
+    smallest and largest chunk size. A CPU-interpreter run gets no roofs (GPU ceilings say nothing about
+    CPU-interpreter timings, which lie decades below them): its points are drawn in MFLOP/s on axes fitted
+    to them.
     """
-    from tflabench.analysis import roofline
-
     points = run.measured.dropna(subset=["intensity", "tflops"])
     points = points[(points["intensity"] > 0) & (points["tflops"] > 0)]
     if points.empty:
         raise NoDataError(
             "no measured row has model FLOPs and bytes (intensity and tflops columns are empty)"
         )
-    roofs = _roofs(run)
-    ridges = [ceilings.ridge for _, ceilings, _ in roofs]
-    intensities = np.geomspace(
-        min([points["intensity"].min(), *ridges]) / 4, max([points["intensity"].max(), *ridges]) * 4, 400
-    )
+    on_cpu = on_cpu_interpreter(run.table)
+    unit, per_tflops = ("MFLOP/s", 1e6) if on_cpu else ("TFLOP/s", 1.0)
+    points = points.assign(rate=points["tflops"] * per_tflops)
     fig, panels, axes = _figure(1, width=10.0, height=5.2)
     ax = axes[0][0]
-    for label, ceilings, style in roofs:
-        attainable = [roofline.attainable_flops(ceilings, intensity) / 1e12 for intensity in intensities]
-        ax.plot(intensities, attainable, label=label, **style)
-    colors = kernel_colors(run.table)
+    if on_cpu:
+        ax.text(0.01, 0.98, "CPU-interpreter timings: GPU roofs do not apply and are not drawn",
+                transform=ax.transAxes, ha="left", va="top", fontsize=8, color="#777777")
+    else:
+        _draw_roofs(ax, _roofs(run), points["intensity"])
     labelled = points.assign(_label=points.apply(config_label, axis=1, with_chunk=False))
-    for (label, mode), group in labelled.groupby(["_label", "mode"], sort=True):
-        ax.scatter(
-            group["intensity"],
-            group["tflops"],
-            color=colors[group["kernel"].iloc[0]],
-            marker=MODE_MARKERS[mode],
-            s=26,
-            edgecolors="white",
-            linewidths=0.4,
-            zorder=3,
-            label=label,
-        )
+    styles = series_styles(zip(labelled["family"], labelled["_label"], strict=True), run.table)
+    order = {label: rank for rank, label in enumerate(styles)}
+    groups = sorted(labelled.groupby(["_label", "mode"], sort=True), key=lambda item: order[item[0][0]])
+    for (label, mode), group in groups:
+        color, marker = styles[label]["color"], styles[label]["marker"]
+        ax.scatter(group["intensity"], group["rate"], marker=marker, s=30, linewidths=0.9, zorder=3,
+                   facecolors=color if mode == "fwd" else "none", edgecolors=color, label=label)
     for sweep in chunk_sweeps(run):
-        _draw_roofline_sweep(ax, sweep, colors[sweep.kernel])
-    ax.set_xscale("log")
+        style = styles.get(config_label(sweep.rows.iloc[0], with_chunk=False))
+        if style is not None:
+            _draw_roofline_sweep(ax, sweep, style["color"], per_tflops, label_chunks=not on_cpu)
+    if on_cpu:
+        _log10_axis(ax, "x")
+    else:
+        ax.set_xscale("log")
     _log10_axis(ax, "y")
     ax.set_xlabel("arithmetic intensity (FLOP/byte, model FLOPs / model bytes)")
-    ax.set_ylabel("achieved TFLOP/s (model FLOPs / median time)")
+    ax.set_ylabel(f"achieved {unit} (model FLOPs / median time)")
     proxies = [
-        Line2D([], [], ls="none", marker=MODE_MARKERS[mode], color="#555555", label=MODE_TITLES[mode])
+        Line2D([], [], ls="none", marker="o", color="#555555", mfc="#555555" if mode == "fwd" else "none",
+               label=MODE_TITLES[mode])
         for mode in modes_of(points)
     ]
-    _shared_legend(panels, [ax], "roofs min(α, β·I) · kernel  heads×d_qk/d_v", proxies)
-    fig.suptitle(f"Roofline — {run_caption(run)}")
+    title = "kernel  heads×d_qk/d_v" if on_cpu else "roofs min(α, β·I) · kernel  heads×d_qk/d_v"
+    _shared_legend(panels, [ax], title, proxies)
+    fig.suptitle(f"Roofline — {run_caption(run)}" + (" (no roofs: CPU interpreter)" if on_cpu else ""))
     return fig
 
 
-def _draw_roofline_sweep(ax: Axes, sweep: ChunkSweep, color) -> None:
-    """Join a chunk sweep's points in chunk order and label its smallest and largest chunk size."""
+def _draw_roofs(ax: Axes, roofs: list[tuple[str, object, dict]], intensities: pd.Series) -> None:
+    """The roofs over the points' intensities and the roofs' ridges, a factor 4 beyond both ends."""
+    from tflabench.analysis import roofline
+
+    ridges = [ceilings.ridge for _, ceilings, _ in roofs]
+    grid = np.geomspace(min([intensities.min(), *ridges]) / 4, max([intensities.max(), *ridges]) * 4, 400)
+    for label, ceilings, style in roofs:
+        attainable = [roofline.attainable_flops(ceilings, intensity) / 1e12 for intensity in grid]
+        ax.plot(grid, attainable, label=label, **style)
+
+
+def _draw_roofline_sweep(ax: Axes, sweep: ChunkSweep, color, per_tflops: float = 1.0,
+                         label_chunks: bool = True) -> None:
+    """Join a chunk sweep's points in chunk order (rates in units of 1/per_tflops TFLOP/s) and label its
+    smallest and largest chunk size."""
     rows = sweep.rows.dropna(subset=["intensity", "tflops"])
     if len(rows) < 2:
         return
-    ax.plot(rows["intensity"], rows["tflops"], color=color, lw=0.8, alpha=0.6, zorder=2)
-    for row in (rows.iloc[0], rows.iloc[-1]):
+    rates = rows["tflops"] * per_tflops
+    ax.plot(rows["intensity"], rates, color=color, lw=0.8, alpha=0.6, zorder=2)
+    if not label_chunks:
+        return
+    for index in (0, -1):
+        row = rows.iloc[index]
         ax.annotate(
             f"L={int(row['chunk_size'])}",
-            (row["intensity"], row["tflops"]),
+            (row["intensity"], rates.iloc[index]),
             xytext=(4, -10),
             textcoords="offset points",
             fontsize=6.5,

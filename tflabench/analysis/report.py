@@ -33,6 +33,7 @@ from tflabench.analysis.run_data import (
     not_measured,
 )
 from tflabench.errors import InputError
+from tflabench.inputs import create_output_dir
 
 REPORT_NAME = "report.md"
 PLOTS_DIR = "plots"
@@ -40,16 +41,18 @@ ROW_KEYS = ("kernel", "heads", "head_dim_qk", "head_dim_v", "chunk_size", "dtype
 COLUMN_KEYS = ("seq_len", "batch")
 
 
-def write_report(path: str | Path, baseline: str | None = None) -> Path:
-    """Render the plots of the run at ``path`` and write ``<run dir>/report.md``; return its path.
+def write_report(path: str | Path, baseline: str | None = None, out_dir: Path | None = None) -> Path:
+    """Render the plots of the run at ``path`` and write ``<out_dir>/report.md`` (default: the run
+    directory) with its plots in ``<out_dir>/plots/``; return the report's path.
 
     baseline: kernel for the speed-up tables (default: see `choose_baseline`).
     """
     run = load_run(path)
     baseline = choose_baseline(run, baseline)
-    rendered = render(run, PLOT_KINDS, run.directory / PLOTS_DIR)
-    report_path = run.directory / REPORT_NAME
-    report_path.write_text(report_markdown(run, baseline, rendered))
+    out_dir = create_output_dir(out_dir or run.directory, "--out")
+    rendered = render(run, PLOT_KINDS, out_dir / PLOTS_DIR)
+    report_path = out_dir / REPORT_NAME
+    report_path.write_text(report_markdown(run, baseline, rendered, out_dir))
     return report_path
 
 
@@ -76,8 +79,11 @@ def choose_baseline(run: Run, requested: str | None) -> str | None:
     return sorted(counts[counts == counts.max()].index)[0]
 
 
-def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
-    """The report text (baseline None: nothing was measured); plot links are relative to the run directory."""
+def report_markdown(
+    run: Run, baseline: str | None, rendered: Rendered, report_dir: Path | None = None
+) -> str:
+    """The report text (baseline None: nothing was measured); plot links are relative to ``report_dir``,
+    the report's folder (default: the run directory)."""
     sections = [
         f"# tflabench report: {run.name}",
         summary_line(run),
@@ -94,7 +100,7 @@ def report_markdown(run: Run, baseline: str | None, rendered: Rendered) -> str:
         "## The TFLA paper's statements, checked on this run",
         paper_claims_markdown(run),
         "## Plots",
-        plots_markdown(run, rendered),
+        plots_markdown(rendered, report_dir or run.directory),
         "## Not measured: failures, unavailable and skipped points",
         failures_markdown(run),
     ]
@@ -447,7 +453,8 @@ def _shape_label(row) -> str:
     return label + (f" L={int(row.chunk_size)}" if pd.notna(row.chunk_size) else "")
 
 
-def plots_markdown(run: Run, rendered: Rendered) -> str:
+def plots_markdown(rendered: Rendered, report_dir: Path) -> str:
+    """The plot section: each drawn figure linked relative to ``report_dir``, each skipped one with why."""
     parts = []
     for name, kind in PLOT_KINDS.items():
         if name in rendered.skipped:
@@ -455,7 +462,7 @@ def plots_markdown(run: Run, rendered: Rendered) -> str:
         if name not in rendered.files:
             continue
         links = {
-            path.suffix[1:]: Path(os.path.relpath(path, run.directory)).as_posix()
+            path.suffix[1:]: Path(os.path.relpath(path, report_dir)).as_posix()
             for path in rendered.files[name]
         }
         lines = [f"### {kind.title}"]

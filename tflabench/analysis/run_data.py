@@ -24,6 +24,7 @@ import pandas as pd
 
 from tflabench.core import DTYPE_BYTES, MODES, STATE_BYTES_OF_OPERANDS, resolved_state_bytes
 from tflabench.errors import InputError
+from tflabench.inputs import path_kind
 from tflabench.schema import COLUMNS, STATUSES
 
 #: State bytes (the paper's fp32, for kernels that record none) and causal factor F_c of the theoretical
@@ -63,13 +64,14 @@ def load_run(path: str | Path) -> Run:
     Raises InputError for a missing path, an empty table, missing columns or unknown status values.
     """
     path = Path(path)
-    if path.is_dir():
+    kind = path_kind(path, "run")
+    if kind == "dir":
         csv_path = path / "results.csv"
-    elif path.is_file() and path.suffix == ".csv":
+    elif kind == "file" and path.suffix == ".csv":
         csv_path = path
     else:
         raise InputError(f"{path}: no such run directory or results CSV")
-    if not csv_path.is_file():
+    if path_kind(csv_path, "run") != "file":
         raise InputError(f"{path}: no results.csv in this directory (expected results/<run>/results.csv)")
     table = _read_table(csv_path)
     meta = _read_meta(csv_path.parent / "meta.json")
@@ -157,6 +159,16 @@ def device_label(table: pd.DataFrame) -> str:
         d for d in table["device"] if d
     )
     return ", ".join(names) or "unknown device"
+
+
+#: the device column of rows measured on CPU tensors under the Triton interpreter
+CPU_INTERPRETER_DEVICE = "cpu-interpreter"
+
+
+def on_cpu_interpreter(table: pd.DataFrame) -> bool:
+    """Whether every row of the table ran under the Triton interpreter on CPU (no GPU, no peak memory)."""
+    devices = set(table["device"])
+    return devices == {CPU_INTERPRETER_DEVICE}
 
 
 def ceilings_label(ceilings) -> str:

@@ -1,19 +1,21 @@
 """`tflabench sweep` and `tflabench rederive`: the command-line side of a benchmark sweep.
 
-The sweep comes from defaults < ``--preset`` < ``--config FILE.toml`` < axis flags (see
-`tflabench.bench.sweep` for the TOML format); `tflabench.bench.engine` measures it into
-``<out>/<run-name>/`` (results.csv + meta.json).
+The sweep comes from defaults < ``--preset`` < ``--config FILE.toml`` < axis flags (the TOML format:
+docs/sweep-toml.md); `plan_sweep` checks every input, the same for ``--dry-run`` and the run;
+`tflabench.bench.engine` measures it into ``<out>/<run-name>/`` (results.csv + meta.json).
 """
 
 from __future__ import annotations
 
 import datetime
-import os
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from tflabench.bench.results import META_FILE, RESULTS_FILE, row_statuses
 from tflabench.bench.sweep import (
     PRESETS,
     Job,
@@ -25,6 +27,11 @@ from tflabench.bench.sweep import (
     option_label,
 )
 from tflabench.errors import InputError
+from tflabench.inputs import existing_dir, finite_number, output_dir, runs_under
+from tflabench.inputs import run_name as checked_run_name
+
+#: Files of which either marks a folder under --out as a run (meta.json is written first).
+RUN_MARKERS = (RESULTS_FILE, META_FILE)
 
 _AXIS_HELP = "comma list, or A..B for powers of two from A to B"
 
@@ -42,6 +49,7 @@ def rederive(
     from tflabench.bench.registry import all_kernels
     from tflabench.bench.results import rederive as rederive_run
 
+    output_dir(existing_dir(run_dir, "run directory"), "run directory")
     changed = rederive_run(run_dir, all_kernels())
     typer.echo(f"{run_dir}: derived columns of {changed} rows changed")
 
@@ -69,7 +77,8 @@ def sweep(
     timeout: Annotated[float | None, typer.Option(help="Seconds per point, warm-up included.")] = None,
     run_name: Annotated[str | None, typer.Option(help="Run directory name (default: preset + time).")] = None,
     out: Annotated[Path, typer.Option(help="Parent directory of the run directories.")] = Path("results"),
-    resume: Annotated[bool, typer.Option(help="Continue a run: skip points already in results.csv.")] = False,
+    resume: Annotated[bool, typer.Option(
+        help="Continue the existing run --run-name: skip points already in its results.csv.")] = False,
     retry: Annotated[str | None, typer.Option(
         help="With --resume: measure again the points whose rows have these statuses (comma list, e.g. "
              "failed_check,crash); their rows move to results.<time>.retried.csv.")] = None,
@@ -80,30 +89,70 @@ def sweep(
     gpus: Annotated[str | None, typer.Option(
         help="CUDA device indices, comma list (e.g. 0,1): kernels run in parallel, one at a time per GPU "
              "(the GPUs must be of one model).")] = None,
-    dry_run: Annotated[bool, typer.Option(help="List the jobs and skip reasons; measure nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        help="Make every check of the run, then list each job with what the run would do (measure, skip, "
+             "or with --resume: done, measure again); measure nothing.")] = False,
 ) -> None:
     """Benchmark kernels over a sweep: runtime (median, IQR), peak memory, roofline columns."""
     flags = {"kernels": kernels, "seq_len": seq_len, "tokens": tokens, "batch": batch, "heads": heads,
              "embedding_dim": embedding_dim, "head_dim_qk": head_dim_qk, "qk_ratio": qk_ratio,
              "head_dim_v": head_dim_v, "chunk_size": chunk_size, "dtype": dtype, "mode": mode}
     measure = {"warmup": warmup, "repeats": repeats, "timeout": timeout}
-    spec = build_spec(preset, config, _given(flags), _given(measure))
-    from tflabench.bench.engine import gpu_lanes, run_sweep
+    target = RunTarget(out, run_name or f"{preset or 'sweep'}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
+                       named=run_name is not None, resume=resume)
+    plan = plan_sweep(build_spec(preset, config, _given(flags), _given(measure)), target, retry=retry,
+                      budget=budget, modules=tuple(kernel_module or ()), gpus=gpus)
+    if dry_run:
+        _print_plan(plan)
+        return
+    from tflabench.bench.engine import run_sweep
+
+    run_sweep(plan.spec, plan.jobs, plan.run_dir, device=plan.device, modules=plan.modules,
+              budget_s=plan.budget_s, retry=plan.retry, lanes=plan.lanes)
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """Where a sweep writes: ``out/name``; named: the name was given (not the default one); resume: the run
+    must exist and is continued."""
+
+    out: Path
+    name: str
+    named: bool
+    resume: bool
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep whose every input was checked: what a run measures and a dry run lists.
+
+    previous: (kernel, point key) -> status of the rows the run already has (empty for a new run)."""
+
+    spec: SweepSpec
+    jobs: list[Job]
+    run_dir: Path
+    device: str
+    modules: tuple[str, ...]
+    lanes: list[dict[str, str]]
+    budget_s: float | None
+    retry: frozenset[str]
+    previous: dict[tuple[str, str], str]
+
+
+def plan_sweep(spec: SweepSpec, target: RunTarget, *, retry: str | None, budget: float | None,
+               modules: tuple[str, ...], gpus: str | None) -> SweepPlan:
+    """Check every input of a sweep (the same checks for a dry run and a run) and expand its jobs."""
+    from tflabench.bench.engine import gpu_lanes
     from tflabench.bench.measure import prepare_device
 
-    modules = tuple(kernel_module or ())
+    budget_s = None if budget is None else finite_number(budget, "--budget", 0.0, low_inclusive=True)
+    retry_statuses = _retry_statuses(retry, target.resume)
+    run_dir = _run_dir(target)
     device = prepare_device()
     lanes = gpu_lanes(gpus, device)
     jobs = _expand(spec, modules)
-    if dry_run:
-        _print_jobs(jobs)
-        return
-    if budget is not None and budget < 0:
-        raise InputError(f"--budget must be >= 0 seconds, got {budget}")
-    retry_statuses = _retry_statuses(retry, resume)
-    run = run_name or f"{preset or 'sweep'}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    run_sweep(spec, jobs, _run_dir(out, run, resume), device=device, modules=modules, budget_s=budget,
-              retry=retry_statuses, lanes=lanes)
+    previous = row_statuses(run_dir / RESULTS_FILE) if target.resume else {}
+    return SweepPlan(spec, jobs, run_dir, device, modules, lanes, budget_s, retry_statuses, previous)
 
 
 def _given(values: dict[str, Any]) -> dict[str, Any]:
@@ -146,22 +195,48 @@ def _retry_statuses(retry: str | None, resume: bool) -> frozenset[str]:
     return statuses
 
 
-def _run_dir(out: Path, run: str, resume: bool) -> Path:
-    if not run or run in (".", "..") or "/" in run or os.sep in run:
-        raise InputError(f"invalid run name {run!r} (a plain directory name is expected)")
-    from tflabench.bench.results import RESULTS_FILE
-
-    run_dir = out / run
-    if (run_dir / RESULTS_FILE).exists() and not resume:
+def _run_dir(target: RunTarget) -> Path:
+    """``out/name``, checked: inside ``--out``, writable, existing exactly when resumed."""
+    output_dir(target.out, "--out")
+    run_dir = output_dir(target.out / checked_run_name(target.name), "--run-name")
+    exists = any((run_dir / marker).is_file() for marker in RUN_MARKERS)
+    if exists and not target.resume:
         raise InputError(f"run {str(run_dir)!r} exists: pass --resume to continue it, or another --run-name")
+    if target.resume and not exists:
+        raise InputError(_no_run_to_resume(target, run_dir))
     return run_dir
 
 
-def _print_jobs(jobs: list[Job]) -> None:
+def _no_run_to_resume(target: RunTarget, run_dir: Path) -> str:
+    runs = runs_under(target.out, RUN_MARKERS)
+    out = str(target.out)
+    listing = f"runs under {out!r}: {', '.join(runs)}" if runs else f"no runs under {out!r}"
+    if not target.named:
+        return f"--resume continues an existing run: pass its --run-name ({listing})"
+    return f"--resume: no run to continue in {str(run_dir)!r} ({listing})"
+
+
+def _print_plan(plan: SweepPlan) -> None:
+    """The dry run's table: every job with what the run would do with it (measure, skip, already done,
+    measure again) and why."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("kernel", "point", "plan", "reason", title=f"{len(jobs)} jobs")
-    for job in jobs:
-        table.add_row(job.kernel.name, job.point.key(), job.status or "measure", job.reason)
+    plans = [_job_plan(job, plan) for job in plan.jobs]
+    counts = Counter(action for action, _ in plans)
+    summary = ", ".join(f"{count} {action}" for action, count in counts.most_common())
+    title = f"{len(plan.jobs)} jobs in {plan.run_dir}: {summary}"
+    table = Table("kernel", "point", "plan", "reason", title=title)
+    for job, (action, reason) in zip(plan.jobs, plans, strict=True):
+        table.add_row(job.kernel.name, job.point.key(), action, reason)
     Console().print(table)
+
+
+def _job_plan(job: Job, plan: SweepPlan) -> tuple[str, str]:
+    """(action, reason) of one job: what the run would do with it."""
+    status = plan.previous.get(job.key)
+    if status is not None and status not in plan.retry:
+        return "done", f"row with status {status} in results.csv"
+    if status is not None:
+        return "measure again", f"--retry {status}"
+    return (job.status or "measure"), job.reason

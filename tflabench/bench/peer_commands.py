@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from tflabench.errors import InputError
+from tflabench.inputs import output_dir
 
 #: peers distributed as pure-Python wheels (the versions of pyproject's ``peers`` extra)
 PURE_WHEELS = (
@@ -143,6 +144,7 @@ def bundle(
         raise InputError(f"--python must look like 3.12, got {python!r}")
     if not re.fullmatch(r"[a-z0-9_]+", platform):
         raise InputError(f"--platform must be a platform tag such as manylinux_2_28_x86_64, got {platform!r}")
+    output_dir(dest, "--dest")
     _check_build_modules()
     dest.mkdir(parents=True, exist_ok=True)
     _run_pip(download_command(python, platform, dest))

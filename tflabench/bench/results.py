@@ -129,7 +129,12 @@ def point_from_row(row: dict[str, str]) -> SweepPoint:
 
 def finished_keys(path: Path) -> set[tuple[str, str]]:
     """(kernel, point key) of every row already written, whatever its status."""
-    return {(row["kernel"], point_from_row(row).key()) for row in read_rows(path)}
+    return set(row_statuses(path))
+
+
+def row_statuses(path: Path) -> dict[tuple[str, str], str]:
+    """(kernel, point key) -> status of every row already written (the last row of a key wins)."""
+    return {(row["kernel"], point_from_row(row).key()): row["status"] for row in read_rows(path)}
 
 
 def make_row(*, run: str, kernel: KernelSpec, version: str | None, point: SweepPoint, device: str, gpu: str,

@@ -9,8 +9,8 @@ Instead of the product of heads, head_dim_qk and head_dim_v, ``head_configs = [[
 lists (heads, head_dim_qk, head_dim_v) triples (the layer shapes of real models; preset ``tfla-grid``);
 setting any of those axes in an override replaces them for the kernels it matches.
 
-The TOML format (every list axis also accepts a single value, and integer axes a string ``"512..65536"``
-meaning powers of two from 512 to 65536)::
+The TOML format (docs/sweep-toml.md; every list axis also accepts a single value, and integer axes a string
+``"512..65536"`` meaning powers of two from 512 to 65536)::
 
     preset = "tfla-fig4"             # optional: start from a preset, then apply this file
 
@@ -40,12 +40,12 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import itertools
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from tflabench import inputs
 from tflabench.bench.registry import Availability, KernelSpec
 from tflabench.core import DTYPES, FAMILIES, MODES, SweepPoint
 from tflabench.errors import InputError
@@ -177,15 +177,11 @@ def _doubling_range(low: int, high: int, where: str) -> list[int]:
 
 
 def _positive_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{where} must be a positive integer, got {value!r}")
-    return value
+    return inputs.positive_int(value, where)
 
 
 def _positive_float(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise InputError(f"{where} must be a positive finite number, got {value!r}")
-    return float(value)
+    return inputs.finite_number(value, where)
 
 
 def parse_names(value: Any, where: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -271,7 +267,7 @@ def apply_sweep_values(spec: SweepSpec, table: Mapping[str, Any], label: Label) 
 def apply_measure(spec: SweepSpec, table: Mapping[str, Any], label: Label) -> SweepSpec:
     """Apply warmup / repeats / timeout (from a [measure] table or CLI flags)."""
     if "warmup" in table:
-        spec = replace(spec, warmup=_positive_int(table["warmup"], label("warmup")))
+        spec = replace(spec, warmup=inputs.non_negative_int(table["warmup"], label("warmup")))
     if "repeats" in table:
         spec = replace(spec, repeats=_positive_int(table["repeats"], label("repeats")))
     if "timeout" in table:
