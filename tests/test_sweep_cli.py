@@ -114,43 +114,6 @@ def test_gpus_option_rejects_bad_input_in_one_line(tmp_path, gpus, message):
     assert result.returncode == 2 and result.stderr.startswith("error: ") and message in result.stderr
 
 
-#: run_sweep with two lanes, as `--gpus 0,1` sets them up, but with a marker variable instead of
-#: CUDA_VISIBLE_DEVICES (the fake kernels run on the CPU)
-TWO_LANES = """
-import sys
-from pathlib import Path
-
-import pytest
-
-from tflabench.bench.commands import _expand, build_spec
-from tflabench.bench.engine import run_sweep
-
-flags = {"kernels": "fake.correct,fake.slow", "seq_len": "8,16", "batch": "1", "heads": "2",
-         "head_dim_qk": "8", "head_dim_v": "8", "chunk_size": "8", "dtype": "float32", "mode": "fwd,fwdbw"}
-spec = build_spec(None, None, flags, {"warmup": 1, "repeats": 2, "timeout": 30})
-modules = ("sweep_fake_kernels",)
-run_sweep(spec, _expand(spec, modules), Path(sys.argv[1]), device="cpu-interpreter", modules=modules,
-          budget_s=None, lanes=[{"TFLABENCH_LANE": "a"}, {"TFLABENCH_LANE": "b"}])
-"""
-
-
-def test_two_lanes_measure_every_point_once_with_one_kernel_per_lane(tmp_path):
-    run_dir = tmp_path / "lanes"
-    result = subprocess.run([sys.executable, "-c", TWO_LANES, str(run_dir)], capture_output=True, text=True,
-                            env=environment(), timeout=120)
-    assert result.returncode == 0, result.stderr
-    rows = read_rows(run_dir / "results.csv")
-    keys = [(row["kernel"], row["seq_len"], row["mode"]) for row in rows]
-    assert len(keys) == len(set(keys)) == 8 and {row["status"] for row in rows} == {"ok"}
-    lanes = {}
-    for kernel in ("fake.correct", "fake.slow"):
-        headers = [line for line in (run_dir / "logs" / f"{kernel}.log").read_text().splitlines()
-                   if line.startswith("== lane: ")]
-        assert len(headers) == 1, headers
-        lanes[kernel] = headers[0]
-    assert set(lanes.values()) == {"== lane: TFLABENCH_LANE=a", "== lane: TFLABENCH_LANE=b"}
-
-
 def test_retry_measures_the_failed_points_again_and_keeps_their_old_rows(tmp_path):
     command = sweep_command(tmp_path, "retry", "--kernels", "fake.correct,fake.wrong", "--seq-len", "8,16",
                             "--chunk-size", "8", "--mode", "fwd")

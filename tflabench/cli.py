@@ -58,8 +58,11 @@ def _is_click_exception(exc: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app; bad input gives one line on stderr and exit code 2."""
+    from tflabench.bench.commands import with_bare_ray_address
+
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=with_bare_ray_address(sys.argv[1:] if argv is None else argv),
+                     standalone_mode=False)
     except InputError as exc:
         _fail(str(exc))
     except Exception as exc:

@@ -27,6 +27,8 @@ from tflabench.bench.sweep import (
 from tflabench.errors import InputError
 
 _AXIS_HELP = "comma list, or A..B for powers of two from A to B"
+#: the value of a bare ``--ray``: start a local Ray instance
+LOCAL_RAY = "local"
 
 
 def register(app) -> None:
@@ -78,8 +80,15 @@ def sweep(
     kernel_module: Annotated[list[str] | None, typer.Option(
         help="Import this module first to register extra kernels (repeatable).")] = None,
     gpus: Annotated[str | None, typer.Option(
-        help="CUDA device indices, comma list (e.g. 0,1): kernels run in parallel, one at a time per GPU "
-             "(the GPUs must be of one model).")] = None,
+        help="CUDA device indices, comma list (e.g. 0,1): kernels run in parallel, one at a time per GPU, "
+             "as tasks of a local Ray instance (needs ray: pip install 'tflabench[cluster]').")] = None,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="[ADDRESS]",
+        help="Run each kernel's points as a Ray task holding one GPU: alone, on a local Ray instance; with "
+             "an address (auto, ray://host:port), on that cluster. See docs/cluster.md.")] = None,
+    gpu_models: Annotated[str | None, typer.Option(
+        help="With --ray: measure every point on each of these GPU models of the cluster (comma list, e.g. "
+             "h100,h200), or on all of them (all).")] = None,
     dry_run: Annotated[bool, typer.Option(help="List the jobs and skip reasons; measure nothing.")] = False,
 ) -> None:
     """Benchmark kernels over a sweep: runtime (median, IQR), peak memory, roofline columns."""
@@ -88,12 +97,13 @@ def sweep(
              "head_dim_v": head_dim_v, "chunk_size": chunk_size, "dtype": dtype, "mode": mode}
     measure = {"warmup": warmup, "repeats": repeats, "timeout": timeout}
     spec = build_spec(preset, config, _given(flags), _given(measure))
-    from tflabench.bench.engine import gpu_lanes, run_sweep
+    from tflabench.bench.engine import run_sweep
     from tflabench.bench.measure import prepare_device
 
     modules = tuple(kernel_module or ())
     device = prepare_device()
-    lanes = gpu_lanes(gpus, device)
+    if gpu_models is not None and ray is None:
+        raise InputError("--gpu-models picks GPU models of a Ray cluster: pass --ray as well")
     jobs = _expand(spec, modules)
     if dry_run:
         _print_jobs(jobs)
@@ -102,8 +112,29 @@ def sweep(
         raise InputError(f"--budget must be >= 0 seconds, got {budget}")
     retry_statuses = _retry_statuses(retry, resume)
     run = run_name or f"{preset or 'sweep'}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    run_sweep(spec, jobs, _run_dir(out, run, resume), device=device, modules=modules, budget_s=budget,
-              retry=retry_statuses, lanes=lanes)
+    run_dir = _run_dir(out, run, resume)
+    scheduler = _scheduler(ray, gpu_models, gpus, device)
+    run_sweep(spec, jobs, run_dir, modules=modules, budget_s=budget, retry=retry_statuses,
+              scheduler=scheduler)
+
+
+def _scheduler(ray: str | None, gpu_models: str | None, gpus: str | None, device: str):
+    """Ray's scheduler for --ray / --gpus, else None (the sweep's own process measures)."""
+    if ray is None and gpus is None:
+        return None
+    from tflabench.bench.ray_engine import ray_scheduler
+
+    return ray_scheduler(None if ray in (None, LOCAL_RAY) else ray, gpu_models, gpus, device)
+
+
+def with_bare_ray_address(argv: list[str]) -> list[str]:
+    """The command line with the address of a bare ``--ray`` (the last argument, or followed by another
+    option) filled in: `LOCAL_RAY`, a local Ray instance."""
+    filled = list(argv)
+    for index, argument in enumerate(argv):
+        if argument == "--ray" and (index + 1 == len(argv) or argv[index + 1].startswith("-")):
+            filled[index] = f"--ray={LOCAL_RAY}"
+    return filled
 
 
 def _given(values: dict[str, Any]) -> dict[str, Any]:
