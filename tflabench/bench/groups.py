@@ -48,7 +48,7 @@ def model_matches(model: str, gpu_name: str) -> bool:
     """Whether a GPU model as ``--gpu-models`` names it (h100, H200, A100) is the GPU named ``gpu_name``
     (``NVIDIA H100 80GB HBM3``): the model is one of the name's words, case ignored."""
     words = re.split(r"[\s_-]+", gpu_name.lower())
-    return model.lower() in words
+    return model.lower().split("-")[0] in words
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ a sweep asks for it (the optional extra ``cluster``).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -84,12 +85,13 @@ def connect(address: str | None, visible_gpus: str | None = None) -> None:
     if ray.is_initialized():
         return
     if address is not None:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return
     resources = {} if gpu_resource() == "GPU" else {gpu_resource(): float(os.cpu_count() or 1)}
     if visible_gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_gpus
-    ray.init(resources=resources, include_dashboard=False, log_to_driver=False)
+    ray.init(resources=resources, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
 
 
 def resolve_models(gpu_models: str | None) -> tuple[str | None, ...]:
