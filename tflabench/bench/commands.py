@@ -1,4 +1,4 @@
-"""`tflabench sweep` and `tflabench rederive`: the command-line side of a benchmark sweep.
+"""`tflabench sweep`, `tflabench rederive` and `tflabench merge`: the command-line side of a benchmark sweep.
 
 The sweep comes from defaults < ``--preset`` < ``--config FILE.toml`` < axis flags (see
 `tflabench.bench.sweep` for the TOML format); `tflabench.bench.engine` measures it into
@@ -34,6 +34,18 @@ LOCAL_RAY = "local"
 def register(app) -> None:
     app.command(name="sweep")(sweep)
     app.command(name="rederive")(rederive)
+    app.command(name="merge")(merge)
+
+
+def merge(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories to merge (results/<run>), 2 or more.")],
+    out: Annotated[Path, typer.Option(help="The merged run's directory (a new one).")],
+) -> None:
+    """Merge runs (e.g. the same preset on an H100 and on an H200) into one run: rows as they are, every
+    source's provenance in meta.json; its report and plots are per GPU."""
+    from tflabench.bench.merge import merge_runs
+
+    typer.echo(f"{out}: {merge_runs(runs, out)} rows of {len(runs)} runs")
 
 
 def rederive(
