@@ -217,7 +217,7 @@ class RayScheduler:
         if target not in self._facts:
             from tflabench.analysis.hardware import gpu_from_device_name, save_measured_ceilings
 
-            task = self.ray.remote(gpu_facts_task).options(**_task_options(target))
+            task = self.ray.remote(max_calls=1)(gpu_facts_task).options(**_task_options(target))
             facts, ceilings = self.ray.get(task.remote(target, _calibrated_gpu_keys()))
             if ceilings is not None:
                 save_measured_ceilings(gpu_from_device_name(facts.name).key, ceilings)
