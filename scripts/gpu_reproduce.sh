@@ -12,7 +12,8 @@
 #                minutes (FLA, power attention) run last and get their KernelSpec.first_call_s on top, and
 #                are not started when less than that is left of the budget; a point cut off by the command
 #                limit is not recorded and comes first in the next call, which starts with the whole window.
-#   TFLABENCH_GPUS=0,1 spreads the kernels over those GPUs (`tflabench sweep --gpus`).
+#   TFLABENCH_GPUS=0,1 spreads the kernels over those GPUs (`tflabench sweep --gpus`, a local Ray instance:
+#   Ray on PYTHONPATH first, as scripts/ray_gpu_slice.sh installs it).
 #   TFLABENCH_SWEEP_ARGS adds sweep options, e.g. "--retry failed_check" (measure the points whose gate
 #   failed again, after a gate or adapter fix; the old rows are kept beside the table).
 #   The run is results/PRESET (run name = preset name); at the end it is packed, with plots/, logs/ and

@@ -77,8 +77,22 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def test_the_graph_sees_lazy_imports():
     graph = _import_graph()
-    assert "tflabench.bench.worker" in graph["tflabench.bench.engine"]
+    assert "tflabench.bench.worker" in graph["tflabench.bench.groups"]
     assert "tflabench.core" in graph["tflabench.bench.registry"]
+
+
+def _imports_ray(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "ray" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray":
+            return True
+    return False
+
+
+def test_only_the_ray_engine_imports_ray():
+    """ray is optional (extra ``cluster``): one module imports it, inside the functions that need it."""
+    assert {name for name, path in MODULES.items() if _imports_ray(path)} == {"tflabench.bench.ray_engine"}
 
 
 def test_no_import_circles():

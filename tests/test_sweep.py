@@ -1,14 +1,12 @@
 """Sweep specification: presets, axis parsing, kernel selection, expansion and skip reasons."""
 
 import time
-from dataclasses import replace
 
 import pytest
 
 from tflabench.bench.commands import build_spec
 from tflabench.bench.registry import Availability, KernelSpec
 from tflabench.bench.sweep import (
-    Job,
     Shape,
     SweepSpec,
     expand,
@@ -198,32 +196,11 @@ def test_impossible_derived_axes_are_input_errors(shape, message):
 
 
 def test_a_kernel_whose_first_call_does_not_fit_the_budget_waits_for_the_next_resume(tmp_path):
-    from tflabench.bench.derived import Derivation
-    from tflabench.bench.engine import _run_kernel_group, _RunContext
+    from tflabench.bench.groups import GroupSettings, measure_group
 
-    slow = kernel("fla.autotunes", first_call_s=300.0)
-    point = SweepPoint(1, 64, 2, 8, 8, 16)
-    group = [Job(slow, point), Job(slow, replace(point, chunk_size=128), "skipped", "chunk too large")]
-    context = _RunContext(tmp_path, "cuda", "", Derivation(""), SweepSpec(), (), time.monotonic() + 60)
-    (tmp_path / "logs").mkdir()
-    rows = []
-    _run_kernel_group(group, context, rows.append, lambda text: None, {})
-    assert [row["status"] for row in rows] == ["skipped"]
-    log = (tmp_path / "logs" / "fla.autotunes.log").read_text()
-    assert "not started: its first call takes about 300 s" in log
-    assert context.time_left_for(30.0) and not context.time_left_for(300.0)
-
-
-def test_an_exception_in_one_lane_ends_the_sweep():
-    from tflabench.bench.engine import _run_lanes
-
-    finished = []
-
-    def lane(env):
-        if env["lane"] == "broken":
-            raise OSError("disk full")
-        finished.append(env["lane"])
-
-    with pytest.raises(OSError, match="disk full"):
-        _run_lanes(lane, [{"lane": "fine"}, {"lane": "broken"}])
-    assert finished == ["fine"]
+    settings = GroupSettings(warmup=1, repeats=1, timeout_s=10.0, deadline=time.time() + 60)
+    log = tmp_path / "fla.autotunes.log"
+    points = [SweepPoint(1, 64, 2, 8, 8, 16)]
+    assert list(measure_group("fla.autotunes", 300.0, points, settings, "cuda", log)) == []
+    assert "not started: its first call takes about 300 s" in log.read_text()
+    assert settings.time_left_for(30.0) and not settings.time_left_for(300.0)

@@ -31,12 +31,25 @@ def run_sweep(command: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=environment(), timeout=120)
 
 
+#: a sweep over a kernel of every failure mode (`check_failure_mode_rows` checks its rows)
+FAILURE_MODES = ["--kernels", "fake.correct,fake.wrong,fake.abort,fake.hang", "--seq-len", "16",
+                 "--chunk-size", "8,32", "--mode", "fwd", "--timeout", "2"]
+
+
 def test_sweep_finishes_with_a_row_for_every_failure_mode(tmp_path):
-    kernels = "fake.correct,fake.wrong,fake.abort,fake.hang"
-    result = run_sweep(sweep_command(tmp_path, "e2e", "--kernels", kernels, "--seq-len", "16",
-                                     "--chunk-size", "8,32", "--mode", "fwd", "--timeout", "2"))
+    result = run_sweep(sweep_command(tmp_path, "e2e", *FAILURE_MODES))
     assert result.returncode == 0, result.stderr
-    rows = read_rows(tmp_path / "e2e" / "results.csv")
+    check_failure_mode_rows(read_rows(tmp_path / "e2e" / "results.csv"))
+
+    ranking = result.stdout.split("Ranking")[1].split("Failures")[0]
+    assert "fake.correct" in ranking and "fake.wrong" not in ranking
+    meta = json.loads((tmp_path / "e2e" / "meta.json").read_text())
+    assert meta["finished"] and meta["device"] == "cpu-interpreter" and "--kernel-module" in meta["command"]
+
+
+def check_failure_mode_rows(rows: list[dict[str, str]]) -> None:
+    """Each fake kernel of `FAILURE_MODES` has the row of its failure, and the points that do not fit the
+    kernel are skipped."""
     measured = {row["kernel"]: row for row in rows if row["chunk_size"] == "8"}
     assert {name: row["status"] for name, row in measured.items()} == {
         "fake.correct": "ok", "fake.wrong": "failed_check", "fake.abort": "crash", "fake.hang": "timeout"}
@@ -48,13 +61,8 @@ def test_sweep_finishes_with_a_row_for_every_failure_mode(tmp_path):
     assert len(skipped) == 4 and {row["status"] for row in skipped} == {"skipped"}
     assert {row["reason"] for row in skipped} == {"chunk size 32 is larger than seq_len 16"}
 
-    ranking = result.stdout.split("Ranking")[1].split("Failures")[0]
-    assert "fake.correct" in ranking and "fake.wrong" not in ranking
-    meta = json.loads((tmp_path / "e2e" / "meta.json").read_text())
-    assert meta["finished"] and meta["device"] == "cpu-interpreter" and "--kernel-module" in meta["command"]
 
-
-def _wait_for_rows(path: Path, count: int, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
+def wait_for_rows(path: Path, count: int, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while len(read_rows(path)) < count:
         assert process.poll() is None, "the sweep ended before it could be killed"
@@ -69,7 +77,7 @@ def test_a_killed_sweep_resumes_without_duplicate_or_lost_rows(tmp_path):
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env=environment())
     try:
-        _wait_for_rows(results, 8, process)
+        wait_for_rows(results, 8, process)
     finally:
         process.kill()
         process.wait()
@@ -112,43 +120,6 @@ def test_gpus_option_rejects_bad_input_in_one_line(tmp_path, gpus, message):
     result = run_sweep(sweep_command(tmp_path, "gpus", "--kernels", "fake.correct", "--seq-len", "16",
                                      "--chunk-size", "8", "--gpus", gpus))
     assert result.returncode == 2 and result.stderr.startswith("error: ") and message in result.stderr
-
-
-#: run_sweep with two lanes, as `--gpus 0,1` sets them up, but with a marker variable instead of
-#: CUDA_VISIBLE_DEVICES (the fake kernels run on the CPU)
-TWO_LANES = """
-import sys
-from pathlib import Path
-
-import pytest
-
-from tflabench.bench.commands import _expand, build_spec
-from tflabench.bench.engine import run_sweep
-
-flags = {"kernels": "fake.correct,fake.slow", "seq_len": "8,16", "batch": "1", "heads": "2",
-         "head_dim_qk": "8", "head_dim_v": "8", "chunk_size": "8", "dtype": "float32", "mode": "fwd,fwdbw"}
-spec = build_spec(None, None, flags, {"warmup": 1, "repeats": 2, "timeout": 30})
-modules = ("sweep_fake_kernels",)
-run_sweep(spec, _expand(spec, modules), Path(sys.argv[1]), device="cpu-interpreter", modules=modules,
-          budget_s=None, lanes=[{"TFLABENCH_LANE": "a"}, {"TFLABENCH_LANE": "b"}])
-"""
-
-
-def test_two_lanes_measure_every_point_once_with_one_kernel_per_lane(tmp_path):
-    run_dir = tmp_path / "lanes"
-    result = subprocess.run([sys.executable, "-c", TWO_LANES, str(run_dir)], capture_output=True, text=True,
-                            env=environment(), timeout=120)
-    assert result.returncode == 0, result.stderr
-    rows = read_rows(run_dir / "results.csv")
-    keys = [(row["kernel"], row["seq_len"], row["mode"]) for row in rows]
-    assert len(keys) == len(set(keys)) == 8 and {row["status"] for row in rows} == {"ok"}
-    lanes = {}
-    for kernel in ("fake.correct", "fake.slow"):
-        headers = [line for line in (run_dir / "logs" / f"{kernel}.log").read_text().splitlines()
-                   if line.startswith("== lane: ")]
-        assert len(headers) == 1, headers
-        lanes[kernel] = headers[0]
-    assert set(lanes.values()) == {"== lane: TFLABENCH_LANE=a", "== lane: TFLABENCH_LANE=b"}
 
 
 def test_retry_measures_the_failed_points_again_and_keeps_their_old_rows(tmp_path):

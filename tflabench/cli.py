@@ -70,7 +70,9 @@ def _os_error_message(exc: OSError) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app; bad input gives one line on stderr and exit code 2 (with
     --json, a JSON object with the error on stdout as well)."""
-    args = sys.argv[1:] if argv is None else list(argv)
+    from tflabench.bench.commands import with_bare_ray_address
+
+    args = with_bare_ray_address(sys.argv[1:] if argv is None else list(argv))
     as_json = "--json" in args
     try:
         result = app(args=args, standalone_mode=False)

@@ -61,6 +61,7 @@ from tflabench.analysis.run_data import (
     run_ceilings,
     run_dtype,
     run_gpu,
+    runs_by_gpu,
 )
 from tflabench.core import MODES
 from tflabench.errors import InputError
@@ -276,58 +277,71 @@ def headdim_series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return series
 
 
-def _series_by_mode(run: Run, series_of: Callable[[pd.DataFrame], list]) -> dict[str, list]:
-    """``series_of`` of each mode's measured rows, for every mode of the run."""
-    measured = run.measured
-    if measured.empty:
+def _series_by_gpu(run: Run, series_of: Callable[[pd.DataFrame], list]) -> list[tuple[str, dict[str, list]]]:
+    """(GPU, ``series_of`` of each mode's measured rows on that GPU) for every GPU of the run; the GPU is
+    "" for a run of one GPU (its panels need no GPU in their titles)."""
+    if run.measured.empty:
         raise NoDataError("no row of this run was measured (status ok): nothing to plot")
-    return {mode: series_of(measured[measured["mode"] == mode]) for mode in modes_of(run.table)}
+    parts = runs_by_gpu(run)
+    modes = modes_of(run.table)
+    return [("" if len(parts) == 1 else gpu or "no GPU",
+             {mode: series_of(part.measured[part.measured["mode"] == mode]) for mode in modes})
+            for gpu, part in parts]
 
 
-def _draw_runtime_panels(run: Run, series_by_mode: dict[str, list], x: str, xlabel: str,
+def _draw_runtime_panels(run: Run, panel_rows: list[tuple[str, dict[str, list]]], x: str, xlabel: str,
                          legend_title: str = LEGEND_TITLE) -> Figure:
-    """One panel per mode: median runtime (ms, log) against column ``x`` (log2) for each of the mode's
-    series (label, rows), the interquartile range shaded; the rows that were not measured listed under
-    the plot."""
+    """One panel per mode (and one row of panels per GPU of ``panel_rows``: (GPU, series by mode)): median
+    runtime (ms, log) against column ``x`` (log2) for each of the mode's series (label, rows), the
+    interquartile range shaded; the rows that were not measured listed under the plot."""
     styles = series_styles(
-        ((rows["family"].iloc[0], label) for series in series_by_mode.values() for label, rows in series),
+        ((rows["family"].iloc[0], label) for _, series_by_mode in panel_rows
+         for series in series_by_mode.values() for label, rows in series),
         run.table,
     )
     order = {label: rank for rank, label in enumerate(styles)}
-    fig, panels, axes = _figure(len(series_by_mode))
-    for ax, (mode, series) in zip(axes[0], series_by_mode.items(), strict=True):
-        for label, rows in sorted(series, key=lambda item: order[item[0]]):
-            style = styles[label]
-            ax.plot(rows[x], rows["time_ms"], label=label, **style)
-            band = (rows["time_ms_q25"], rows["time_ms_q75"])
-            ax.fill_between(rows[x], *band, color=style["color"], alpha=0.1, lw=0)
-        if not series:
-            _empty_panel(ax, f"no kernel measured in mode {mode}")
-        ax.set_title(MODE_TITLES[mode])
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("runtime (ms, median)")
-        _log2_axis(ax, "x", run.table[x].dropna())
-        _log10_axis(ax, "y")
-    _shared_legend(panels, axes[0], legend_title)
+    fig, panels, axes = _figure(len(panel_rows[0][1]), len(panel_rows), sharey=len(panel_rows) > 1)
+    for row_axes, (gpu, series_by_mode) in zip(axes, panel_rows, strict=True):
+        for ax, (mode, series) in zip(row_axes, series_by_mode.items(), strict=True):
+            _draw_runtime_panel(ax, sorted(series, key=lambda item: order[item[0]]), styles, x)
+            if not series:
+                _empty_panel(ax, f"no kernel measured in mode {mode}")
+            ax.set_title(f"{gpu} · {MODE_TITLES[mode]}" if gpu else MODE_TITLES[mode])
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("runtime (ms, median)")
+            _log2_axis(ax, "x", run.table[x].dropna())
+            _log10_axis(ax, "y")
+    _shared_legend(panels, axes.flat, legend_title)
     _note_below(
         fig, "Not measured (status: reason):", [entry.describe() for entry in not_measured(run.table)]
     )
     return fig
 
 
+def _draw_runtime_panel(ax: Axes, series: list, styles: dict[str, dict], x: str) -> None:
+    """Each series (label, rows) in its style, the interquartile range shaded."""
+    for label, rows in series:
+        style = styles[label]
+        ax.plot(rows[x], rows["time_ms"], label=label, **style)
+        band = (rows["time_ms_q25"], rows["time_ms_q75"])
+        ax.fill_between(rows[x], *band, color=style["color"], alpha=0.1, lw=0)
+
+
 @_styled
 def plot_runtime_vs_seqlen(run: Run) -> Figure:
-    """Median runtime (ms, log) vs sequence length (log2) per kernel configuration; one panel per mode.
+    """Median runtime (ms, log) vs sequence length (log2) per kernel configuration; one panel per mode,
+    and one row of panels per GPU when the run has rows of several.
 
     The shaded band is the interquartile range. Rows that were not measured (crash, timeout, unavailable,
     failed check, ...) are listed under the plot with their reason. A run whose every configuration has
     one sequence length (a chunk-size or head-dim sweep) has no such figure.
     """
-    series_by_mode = _series_by_mode(run, seqlen_series)
-    if not any(len(rows) > 1 for series in series_by_mode.values() for _, rows in series):
+    panel_rows = _series_by_gpu(run, seqlen_series)
+    lines = [rows for _, by_mode in panel_rows for series in by_mode.values() for _, rows in series]
+    if not any(len(rows) > 1 for rows in lines):
         raise NoDataError("every kernel configuration was measured at one sequence length (the head-dim "
                           "and memory figures show such runs)")
-    fig = _draw_runtime_panels(run, series_by_mode, "seq_len", "sequence length T (tokens)")
+    fig = _draw_runtime_panels(run, panel_rows, "seq_len", "sequence length T (tokens)")
     fig.suptitle(f"Runtime vs sequence length — {run_caption(run)}")
     return fig
 
@@ -335,15 +349,15 @@ def plot_runtime_vs_seqlen(run: Run) -> Figure:
 @_styled
 def plot_runtime_vs_headdim(run: Run) -> Figure:
     """Median runtime (ms, log) vs value head dim (log2) per kernel and chunk size at one sequence length
-    (TFLA Fig. 14: d_qk = d_v = d, heads = d_model / d); one panel per mode, as the runtime figure."""
-    series_by_mode = _series_by_mode(run, headdim_series)
-    if not any(series_by_mode.values()):
+    (TFLA Fig. 14: d_qk = d_v = d, heads = d_model / d); panels as in the runtime figure."""
+    panel_rows = _series_by_gpu(run, headdim_series)
+    if not any(series for _, by_mode in panel_rows for series in by_mode.values()):
         raise NoDataError("no kernel was measured at two or more head dims with the same chunk size, "
                           "sequence length and batch")
     measured = run.measured
     equal = bool((measured["head_dim_qk"] == measured["head_dim_v"]).all())
     xlabel = "head dim d (d_qk = d_v)" if equal else "value head dim d_v"
-    fig = _draw_runtime_panels(run, series_by_mode, "head_dim_v", xlabel, legend_title="kernel   chunk L")
+    fig = _draw_runtime_panels(run, panel_rows, "head_dim_v", xlabel, legend_title="kernel   chunk L")
     model_dims = (measured["heads"] * measured["head_dim_v"]).unique()
     heads_note = f" · heads × d_v = {int(model_dims[0])}" if len(model_dims) == 1 else ""
     fig.suptitle(f"Runtime vs head dim — {run_caption(run)}{heads_note}")

@@ -31,6 +31,7 @@ from tflabench.analysis.run_data import (
     model_ceilings,
     modes_of,
     not_measured,
+    runs_by_gpu,
 )
 from tflabench.errors import InputError
 from tflabench.inputs import create_output_dir
@@ -39,6 +40,9 @@ REPORT_NAME = "report.md"
 PLOTS_DIR = "plots"
 ROW_KEYS = ("kernel", "heads", "head_dim_qk", "head_dim_v", "chunk_size", "dtype")
 COLUMN_KEYS = ("seq_len", "batch")
+#: plot kinds drawn once for a run of several GPUs, with a row of panels per GPU; the others are drawn per GPU
+ACROSS_GPU_KINDS = ("runtime", "headdim")
+POINT_KEYS = (*ROW_KEYS, "mode", *COLUMN_KEYS)
 
 
 def write_report(path: str | Path, baseline: str | None = None, out_dir: Path | None = None) -> Path:
@@ -50,10 +54,23 @@ def write_report(path: str | Path, baseline: str | None = None, out_dir: Path | 
     run = load_run(path)
     baseline = choose_baseline(run, baseline)
     out_dir = create_output_dir(out_dir or run.directory, "--out")
-    rendered = render(run, PLOT_KINDS, out_dir / PLOTS_DIR)
+    plots_dir = out_dir / PLOTS_DIR
+    parts = runs_by_gpu(run)
+    if len(parts) == 1:
+        rendered, rendered_by_gpu = render(run, PLOT_KINDS, plots_dir), {}
+    else:
+        per_gpu_kinds = [name for name in PLOT_KINDS if name not in ACROSS_GPU_KINDS]
+        rendered = render(run, ACROSS_GPU_KINDS, plots_dir)
+        rendered_by_gpu = {gpu: render(part, per_gpu_kinds, plots_dir / _file_name(gpu))
+                           for gpu, part in parts}
     report_path = out_dir / REPORT_NAME
-    report_path.write_text(report_markdown(run, baseline, rendered, out_dir))
+    report_path.write_text(report_markdown(run, baseline, rendered, rendered_by_gpu, out_dir))
     return report_path
+
+
+def _file_name(gpu: str) -> str:
+    """A folder name for a GPU's plots: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
+    return "-".join("".join(c if c.isalnum() else " " for c in gpu.lower()).split()) or "no-gpu"
 
 
 def choose_baseline(run: Run, requested: str | None) -> str | None:
@@ -79,32 +96,86 @@ def choose_baseline(run: Run, requested: str | None) -> str | None:
     return sorted(counts[counts == counts.max()].index)[0]
 
 
-def report_markdown(
-    run: Run, baseline: str | None, rendered: Rendered, report_dir: Path | None = None
-) -> str:
+def report_markdown(run: Run, baseline: str | None, rendered: Rendered,
+                    rendered_by_gpu: dict[str, Rendered] | None = None,
+                    report_dir: Path | None = None) -> str:
     """The report text (baseline None: nothing was measured); plot links are relative to ``report_dir``,
-    the report's folder (default: the run directory)."""
-    sections = [
-        f"# tflabench report: {run.name}",
-        summary_line(run),
-        "## Provenance",
-        provenance_markdown(run.meta),
-        f"## Runtime and speed-up against `{baseline}`" if baseline else "## Runtime and speed-up",
-        speedup_markdown(run, baseline),
-        "## mLSTM kernels per shape: ours, the reference and the IO floor",
-        mlstm_groups_markdown(run),
-        "## Chunk size: measured and theoretical optimum",
-        chunk_optimum_markdown(run),
-        "## Comparison with the TFLA paper (H100)",
-        paper_comparison_markdown(run),
-        "## The TFLA paper's statements, checked on this run",
-        paper_claims_markdown(run),
-        "## Plots",
-        plots_markdown(rendered, report_dir or run.directory),
+    the report's folder (default: the run directory).
+
+    A run with rows of several GPUs gets a table of the same kernel across GPUs, then the sections of
+    each GPU's rows (headings end with the GPU; ``rendered_by_gpu``: the plots drawn per GPU); the
+    ``rendered`` plots show every GPU, one row of panels each."""
+    parts = runs_by_gpu(run)
+    report_dir = report_dir or run.directory
+    sections = [f"# tflabench report: {run.name}", summary_line(run), "## Provenance",
+                provenance_markdown(run.meta)]
+    if len(parts) > 1:
+        sections += ["## The same kernel across GPUs", across_gpus_markdown(run)]
+    for gpu, part in parts:
+        suffix = f" — {gpu or 'no GPU'}" if len(parts) > 1 else ""
+        sections += _gpu_sections(part, _baseline_of_part(part, baseline), suffix)
+        if rendered_by_gpu and gpu in rendered_by_gpu:
+            sections += [f"## Plots{suffix}", plots_markdown(rendered_by_gpu[gpu], report_dir)]
+    sections += [
+        "## Plots" + (" of every GPU" if len(parts) > 1 else ""),
+        plots_markdown(rendered, report_dir),
         "## Not measured: failures, unavailable and skipped points",
         failures_markdown(run),
     ]
     return "\n\n".join(sections) + "\n"
+
+
+def _gpu_sections(run: Run, baseline: str | None, suffix: str) -> list[str]:
+    """The sections of one GPU's rows (headings end with ``suffix``)."""
+    speedup = f"## Runtime and speed-up against `{baseline}`" if baseline else "## Runtime and speed-up"
+    return [
+        speedup + suffix,
+        speedup_markdown(run, baseline),
+        "## mLSTM kernels per shape: ours, the reference and the IO floor" + suffix,
+        mlstm_groups_markdown(run),
+        "## Chunk size: measured and theoretical optimum" + suffix,
+        chunk_optimum_markdown(run),
+        "## Comparison with the TFLA paper (H100)" + suffix,
+        paper_comparison_markdown(run),
+        "## The TFLA paper's statements, checked on this run" + suffix,
+        paper_claims_markdown(run),
+    ]
+
+
+def _baseline_of_part(part: Run, baseline: str | None) -> str | None:
+    """The run's baseline where this GPU measured it, else this GPU's own default baseline."""
+    if baseline is not None and baseline in set(part.measured["kernel"]):
+        return baseline
+    return choose_baseline(part, None)
+
+
+def across_gpus_markdown(run: Run) -> str:
+    """Per kernel configuration and point measured on two or more GPUs: each GPU's median time and the
+    fraction of that GPU's roofline it reached (measured ceilings where the row has them, else datasheet)."""
+    measured = run.measured
+    gpus = list(dict.fromkeys(measured["gpu"]))
+    rows = []
+    for _, point in measured.groupby(list(POINT_KEYS), dropna=False, sort=True):
+        if point["gpu"].nunique() < 2:
+            continue
+        first = point.iloc[0]
+        label = f"{config_label(first)}  {first['mode']}  {_column_label(first['seq_len'], first['batch'])}"
+        by_gpu = {row.gpu: row for row in point.itertuples()}
+        rows.append([label, *(_across_cell(by_gpu.get(gpu)) for gpu in gpus)])
+    if not rows:
+        return "No point was measured on two or more GPUs."
+    note = ("Cells: median runtime in ms and, in parentheses, the fraction of that GPU's roofline at the "
+            "point's intensity (measured ceilings where known, else the datasheet's).")
+    return note + "\n\n" + _table(["kernel  heads×d_qk/d_v  chunk  mode  point", *gpus], rows)
+
+
+def _across_cell(row) -> str:
+    if row is None:
+        return "–"
+    fraction = row.roofline_frac_measured
+    if pd.isna(fraction):
+        fraction = row.roofline_frac_datasheet
+    return f"{row.time_ms:.3f}" + (f" ({fraction:.0%})" if pd.notna(fraction) else "")
 
 
 def summary_line(run: Run) -> str:

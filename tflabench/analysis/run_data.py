@@ -58,6 +58,29 @@ class Run:
         return table[(table["status"] == "ok") & (table["time_ms"] > 0)]
 
 
+def gpu_names(table: pd.DataFrame) -> list[str]:
+    """The GPUs of a table's rows (its gpu column; "" for rows measured without one), first seen first."""
+    return list(dict.fromkeys(table["gpu"]))
+
+
+def runs_by_gpu(run: Run) -> list[tuple[str, Run]]:
+    """The run split by GPU: (GPU name, the run of that GPU's rows). Each part's meta.json view has that
+    GPU's facts and ceilings (meta.json's ``gpus``, written by sweeps of several GPUs and by ``merge``)
+    as its ``gpu`` and ``ceilings``; a run of one GPU is the one part."""
+    names = gpu_names(run.table)
+    if len(names) == 1:
+        return [(names[0], run)]
+    recorded = run.meta.get("gpus") if isinstance(run.meta.get("gpus"), dict) else {}
+    parts = []
+    for name in names:
+        entry = recorded.get(name) if isinstance(recorded.get(name), dict) else {}
+        meta = {key: value for key, value in run.meta.items() if key not in ("gpu", "ceilings")}
+        meta |= {"gpu": entry.get("info", {}), "ceilings": entry.get("ceilings", {})}
+        table = run.table[run.table["gpu"] == name].reset_index(drop=True)
+        parts.append((name, replace(run, table=table, meta=meta)))
+    return parts
+
+
 def load_run(path: str | Path) -> Run:
     """Read ``results/<run>/`` (or a results CSV, with the meta.json next to it if there is one).
 

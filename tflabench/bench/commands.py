@@ -1,4 +1,4 @@
-"""`tflabench sweep` and `tflabench rederive`: the command-line side of a benchmark sweep.
+"""`tflabench sweep`, `tflabench rederive` and `tflabench merge`: the command-line side of a benchmark sweep.
 
 The sweep comes from defaults < ``--preset`` < ``--config FILE.toml`` < axis flags (the TOML format:
 docs/sweep-toml.md); `plan_sweep` checks every input, the same for ``--dry-run`` and the run;
@@ -34,11 +34,25 @@ from tflabench.inputs import run_name as checked_run_name
 RUN_MARKERS = (RESULTS_FILE, META_FILE)
 
 _AXIS_HELP = "comma list, or A..B for powers of two from A to B"
+#: the value of a bare ``--ray``: start a local Ray instance
+LOCAL_RAY = "local"
 
 
 def register(app) -> None:
     app.command(name="sweep")(sweep)
     app.command(name="rederive")(rederive)
+    app.command(name="merge")(merge)
+
+
+def merge(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories to merge (results/<run>), 2 or more.")],
+    out: Annotated[Path, typer.Option(help="The merged run's directory (a new one).")],
+) -> None:
+    """Merge runs (e.g. the same preset on an H100 and on an H200) into one run: rows as they are, every
+    source's provenance in meta.json; its report and plots are per GPU."""
+    from tflabench.bench.merge import merge_runs
+
+    typer.echo(f"{out}: {merge_runs(runs, out)} rows of {len(runs)} runs")
 
 
 def rederive(
@@ -87,8 +101,15 @@ def sweep(
     kernel_module: Annotated[list[str] | None, typer.Option(
         help="Import this module first to register extra kernels (repeatable).")] = None,
     gpus: Annotated[str | None, typer.Option(
-        help="CUDA device indices, comma list (e.g. 0,1): kernels run in parallel, one at a time per GPU "
-             "(the GPUs must be of one model).")] = None,
+        help="CUDA device indices, comma list (e.g. 0,1): kernels run in parallel, one at a time per GPU, "
+             "as tasks of a local Ray instance (needs ray: pip install 'tflabench[cluster]').")] = None,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="[ADDRESS]",
+        help="Run each kernel's points as a Ray task holding one GPU: alone, on a local Ray instance; with "
+             "an address (auto, ray://host:port), on that cluster. See docs/cluster.md.")] = None,
+    gpu_models: Annotated[str | None, typer.Option(
+        help="With --ray: measure every point on each of these GPU models of the cluster (comma list, e.g. "
+             "h100,h200), or on all of them (all).")] = None,
     dry_run: Annotated[bool, typer.Option(
         help="Make every check of the run, then list each job with what the run would do (measure, skip, "
              "or with --resume: done, measure again); measure nothing.")] = False,
@@ -101,14 +122,15 @@ def sweep(
     target = RunTarget(out, run_name or f"{preset or 'sweep'}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
                        named=run_name is not None, resume=resume)
     plan = plan_sweep(build_spec(preset, config, _given(flags), _given(measure)), target, retry=retry,
-                      budget=budget, modules=tuple(kernel_module or ()), gpus=gpus)
+                      budget=budget, modules=tuple(kernel_module or ()),
+                      scheduling=Scheduling(ray, gpu_models, gpus))
     if dry_run:
         _print_plan(plan)
         return
     from tflabench.bench.engine import run_sweep
 
-    run_sweep(plan.spec, plan.jobs, plan.run_dir, device=plan.device, modules=plan.modules,
-              budget_s=plan.budget_s, retry=plan.retry, lanes=plan.lanes)
+    run_sweep(plan.spec, plan.jobs, plan.run_dir, modules=plan.modules, budget_s=plan.budget_s,
+              retry=plan.retry, scheduler=_scheduler(plan))
 
 
 @dataclass(frozen=True)
@@ -123,6 +145,21 @@ class RunTarget:
 
 
 @dataclass(frozen=True)
+class Scheduling:
+    """Where the points run: ray, the ``--ray`` address (`LOCAL_RAY`: a local instance; None: no Ray);
+    gpu_models, ``--gpu-models``; gpus, ``--gpus`` (a local Ray instance on those devices)."""
+
+    ray: str | None
+    gpu_models: str | None
+    gpus: str | None
+
+    @property
+    def address(self) -> str | None:
+        """The cluster to join, or None for a local instance."""
+        return None if self.ray in (None, LOCAL_RAY) else self.ray
+
+
+@dataclass(frozen=True)
 class SweepPlan:
     """A sweep whose every input was checked: what a run measures and a dry run lists.
 
@@ -133,26 +170,59 @@ class SweepPlan:
     run_dir: Path
     device: str
     modules: tuple[str, ...]
-    lanes: list[dict[str, str]]
+    scheduling: Scheduling
+    visible_gpus: str | None
     budget_s: float | None
     retry: frozenset[str]
     previous: dict[tuple[str, str], str]
 
 
 def plan_sweep(spec: SweepSpec, target: RunTarget, *, retry: str | None, budget: float | None,
-               modules: tuple[str, ...], gpus: str | None) -> SweepPlan:
+               modules: tuple[str, ...], scheduling: Scheduling) -> SweepPlan:
     """Check every input of a sweep (the same checks for a dry run and a run) and expand its jobs."""
-    from tflabench.bench.engine import gpu_lanes
     from tflabench.bench.measure import prepare_device
 
     budget_s = None if budget is None else finite_number(budget, "--budget", 0.0, low_inclusive=True)
     retry_statuses = _retry_statuses(retry, target.resume)
     run_dir = _run_dir(target)
     device = prepare_device()
-    lanes = gpu_lanes(gpus, device)
+    visible_gpus = _visible_gpus(scheduling, device)
     jobs = _expand(spec, modules)
     previous = row_statuses(run_dir / RESULTS_FILE) if target.resume else {}
-    return SweepPlan(spec, jobs, run_dir, device, modules, lanes, budget_s, retry_statuses, previous)
+    return SweepPlan(spec, jobs, run_dir, device, modules, scheduling, visible_gpus, budget_s, retry_statuses,
+                     previous)
+
+
+def _visible_gpus(scheduling: Scheduling, device: str) -> str | None:
+    """Check the scheduling options (Ray importable when asked for); returns the CUDA_VISIBLE_DEVICES of
+    ``--gpus``, or None."""
+    if scheduling.gpu_models is not None and scheduling.ray is None:
+        raise InputError("--gpu-models picks GPU models of a Ray cluster: pass --ray as well")
+    if scheduling.ray is None and scheduling.gpus is None:
+        return None
+    from tflabench.bench.ray_engine import check_ray_options
+
+    return check_ray_options(scheduling.address, scheduling.gpus, device)
+
+
+def _scheduler(plan: SweepPlan):
+    """Ray's scheduler for --ray / --gpus, else None (the sweep's own process measures)."""
+    scheduling = plan.scheduling
+    if scheduling.ray is None and scheduling.gpus is None:
+        return None
+    from tflabench.bench.ray_engine import ray_scheduler
+
+    return ray_scheduler(scheduling.address, scheduling.gpu_models, plan.visible_gpus)
+
+
+def with_bare_ray_address(argv: list[str]) -> list[str]:
+    """The command line with the address of a bare ``--ray`` (the last argument, or followed by another
+    option) filled in: `LOCAL_RAY`, a local Ray instance."""
+    filled = list(argv)
+    for index, argument in enumerate(argv):
+        if argument == "--ray" and (index + 1 == len(argv) or argv[index + 1].startswith("-")):
+            filled[index] = f"--ray={LOCAL_RAY}"
+    return filled
 
 
 def _given(values: dict[str, Any]) -> dict[str, Any]:

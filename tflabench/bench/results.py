@@ -166,13 +166,14 @@ def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
     if not path.exists() or not meta_path.exists():
         raise InputError(f"{str(run_dir)!r} is not a run directory (no {RESULTS_FILE} and {META_FILE})")
     meta = read_meta(meta_path)
-    derivation = Derivation((meta.get("gpu") or {}).get("name", ""))
+    derivations: dict[str, Derivation] = {}
     rows, changed = read_rows(path), 0
     for row in rows:
         kernel = kernels.get(row["kernel"])
         if kernel is None or row["status"] != "ok":
             continue
         point = point_from_row(row)
+        derivation = derivations.setdefault(row["gpu"], Derivation(row["gpu"]))
         derived = derivation.columns(kernel, point, float(row["time_ms"]) if row["time_ms"] else None)
         new = {column: _cell(derived.get(column)) for column in DERIVED_COLUMNS}
         new["params"] = _with_cost_params(row["params"], kernel)
@@ -184,7 +185,12 @@ def rederive(run_dir: Path, kernels: dict[str, KernelSpec]) -> int:
     backup = path.with_name(f"results.{_stamp()}.before-rederive.csv")
     shutil.copyfile(path, backup)
     _write_table(path, rows)
-    meta["ceilings"] = _ceilings_record(derivation, tuple(sorted({row["dtype"] for row in rows})))
+    dtypes = tuple(sorted({row["dtype"] for row in rows}))
+    if len(derivations) == 1:
+        meta["ceilings"] = ceilings_record(next(iter(derivations.values())), dtypes)
+    for gpu, derivation in derivations.items():
+        if gpu in meta.get("gpus", {}):
+            meta["gpus"][gpu]["ceilings"] = ceilings_record(derivation, dtypes)
     meta.setdefault("rederived", []).append({"at": now_iso(), "command": command_line(), "git": git_state(),
                                              "changed_rows": changed, "previous_table": backup.name})
     write_meta(meta_path, meta)
@@ -287,7 +293,7 @@ def software_versions(packages: list[str]) -> dict[str, Any]:
     return versions
 
 
-def _ceilings_record(derivation: Derivation, dtypes: tuple[str, ...]) -> dict[str, Any]:
+def ceilings_record(derivation: Derivation, dtypes: tuple[str, ...]) -> dict[str, Any]:
     record: dict[str, Any] = {"gpu_key": derivation.gpu.key if derivation.gpu else None}
     for dtype in dtypes:
         datasheet, measured = derivation.ceilings(dtype)
@@ -312,7 +318,7 @@ def new_meta(*, run: str, device: str, gpu_info: dict[str, str], kernels: list[K
         "host": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
         "versions": software_versions([kernel.package for kernel in kernels if kernel.package]),
         "git": git_state(),
-        "ceilings": _ceilings_record(derivation, dtypes),
+        "ceilings": ceilings_record(derivation, dtypes),
         "kernels": sorted(kernel.name for kernel in kernels),
         "sweep": sweep,
         "resumed": [],
