@@ -410,10 +410,14 @@ def calibrate(
     matmul_size: Annotated[int, typer.Option(help="n of the n x n x n bf16 matmul.")] = 8192,
     copy_mib: Annotated[int, typer.Option(help="Size of the device copy in MiB.")] = 1024,
     repeats: Annotated[int, typer.Option(help="Timed repeats (median reported).")] = 20,
+    blocks: Annotated[bool, typer.Option(
+        help="Also time the kernels' building blocks (tl.dot tiles, exp, tile loads/stores, launches).",
+    )] = True,
     save: Annotated[bool, typer.Option(help="Store the result under results/calibration/.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
-    """Measure this GPU's bf16 matmul rate and copy bandwidth (read + write) and store them."""
+    """Measure this GPU's bf16 matmul rate and copy bandwidth (read + write) and, with --blocks, the
+    building blocks of the mLSTM kernels (about a minute on an H100); store them."""
     from tflabench.analysis.calibrate import cuda_device_name, measure_ceilings
 
     device_name = cuda_device_name()
@@ -424,7 +428,8 @@ def calibrate(
         )
     _check_positive_int("copy_mib", copy_mib)
     measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
-    path = hardware.save_measured_ceilings(device.key, measured) if save else None
+    block_figures = _measure_blocks() if blocks else None
+    path = hardware.save_measured_ceilings(device.key, measured, block_figures) if save else None
     datasheet = hardware.datasheet_ceilings(device)
     if as_json:
         _echo_json(
@@ -433,6 +438,7 @@ def calibrate(
                 "device": device_name,
                 "measured": _ceilings_json(measured),
                 "datasheet": _ceilings_json(datasheet),
+                "blocks": block_figures,
                 "stored": str(path) if path else None,
             }
         )
@@ -457,4 +463,31 @@ def calibrate(
     table.add_row("ridge FLOP/B", f"{measured.ridge:.1f}", f"{datasheet.ridge:.1f}", "")
     console = _console()
     console.print(table)
+    if block_figures is not None:
+        _print_blocks(console, block_figures)
     console.print(f"stored in {path}" if path else "not stored (--no-save)")
+
+
+def _measure_blocks() -> dict:
+    from tflabench.analysis.calibrate_blocks import measure_blocks
+
+    return measure_blocks()
+
+
+def _print_blocks(console: Console, blocks: dict) -> None:
+    """The building-block figures of a calibration as two tables (tl.dot tiles; the other rates)."""
+    dots = _table("tl.dot tiles (bf16, fp32 accumulate, whole GPU)", ["M x N x K", "warps", "TFLOP/s"])
+    for dot in blocks["dot"]:
+        dots.add_row(f"{dot['m']} x {dot['n']} x {dot['k']}", str(dot["num_warps"]),
+                     f"{dot['flops_per_s'] / 1e12:.1f}")
+    console.print(dots)
+    rates = _table("Other building blocks", ["figure", "value"], left=("figure",))
+    for name, value in blocks["pointwise"].items():
+        rates.add_row(name.replace("_", " "), f"{value / 1e12:.2f} T/s")
+    for name, value in blocks["memory"].items():
+        rates.add_row(name.replace("_", " "), f"{value / 1e12:.2f} TB/s")
+    rates.add_row("launch", f"{blocks['launch']['launch_s'] * 1e6:.2f} us")
+    rates.add_row("per program", f"{blocks['launch']['program_s'] * 1e9:.3f} ns")
+    rates.add_row("SMs", str(blocks["device"]["sm_count"]))
+    rates.add_row("measured in", f"{blocks['seconds']:.1f} s")
+    console.print(rates)
