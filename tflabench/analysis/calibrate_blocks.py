@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -188,25 +188,36 @@ def _empty_kernel(out_ptr, NEVER):
 
 
 # ---------------------------------------------------------------------------------------------- measurements
+def _grid_programs(sizes: BlockSizes, limits: DeviceLimits) -> tuple[int, int]:
+    """(programs of a full grid, programs of a grid of one per SM); on the CPU both tiny."""
+    if sizes.device != "cuda":
+        return sizes.programs_per_sm, 1
+    return sizes.programs_per_sm * limits.sm_count, limits.sm_count
+
+
 def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
-    """FLOP/s of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`, the whole GPU busy."""
-    programs = sizes.programs_per_sm * limits.sm_count if sizes.device == "cuda" else sizes.programs_per_sm
+    """FLOP/s (whole GPU) of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`: ``flops_per_s`` with
+    `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s`` with one program per SM."""
     slots = 64 if sizes.device == "cuda" else 2
     results = []
     for m, n, k, warps in sizes.dot_shapes:
         a = torch.randn(slots, m, k, device=sizes.device).to(sizes.dtype)
         b = torch.randn(slots, k, n, device=sizes.device).to(sizes.dtype)
-        out = torch.empty(programs, device=sizes.device)
-        seconds = timer(lambda a=a, b=b, out=out, m=m, n=n, k=k, warps=warps: _dot_kernel[(programs,)](
-            a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k, NUM_STAGES=sizes.dot_stages, num_warps=warps))
-        flops = 2 * m * n * k * sizes.dot_iters * programs
-        results.append({"m": m, "n": n, "k": k, "num_warps": warps, "flops_per_s": flops / seconds})
+        out = torch.empty(_grid_programs(sizes, limits)[0], device=sizes.device)
+        rates = []
+        for programs in _grid_programs(sizes, limits):
+            def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps):
+                _dot_kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
+                                         NUM_STAGES=sizes.dot_stages, num_warps=warps)
+            rates.append(2 * m * n * k * sizes.dot_iters * programs / timer(launch))
+        results.append({"m": m, "n": n, "k": k, "num_warps": warps, "flops_per_s": rates[0],
+                        "one_per_sm_flops_per_s": rates[1]})
     return results
 
 
 def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
     """fp32 elements per second (whole GPU) of an exp with two multiply-adds, and of one multiply-add."""
-    programs = sizes.programs_per_sm * limits.sm_count if sizes.device == "cuda" else sizes.programs_per_sm
+    programs = _grid_programs(sizes, limits)[0]
     rows, cols = sizes.pointwise_tile
     x = torch.rand(rows * cols, device=sizes.device)
     out = torch.empty(programs * rows * cols, device=sizes.device)
@@ -243,15 +254,26 @@ class _StreamPattern:
         return self.programs * self.tiles * self.rows * self.cols
 
 
-def _token_pattern(sizes: BlockSizes, element_bytes: int) -> _StreamPattern:
-    """Token tiles [rows, D] of a [B, T, H, D] tensor, one stream per (batch, head), T = 8192 or less."""
+def _token_pattern(sizes: BlockSizes, element_bytes: int, max_seq_len: int = 8192) -> _StreamPattern:
+    """Token tiles [rows, D] of a [B, T, H, D] tensor, one stream per (batch, head), T <= max_seq_len."""
     heads, dim = sizes.token_shape
-    seq_len = min(8192, sizes.stream_bytes // (element_bytes * heads * dim))
+    seq_len = min(max_seq_len, sizes.stream_bytes // (element_bytes * heads * dim))
     batch = max(1, sizes.stream_bytes // (element_bytes * seq_len * heads * dim))
     rows = sizes.token_tile_rows
     return _StreamPattern(outer=batch, inner=heads, outer_stride=seq_len * heads * dim, inner_stride=dim,
                           col_blocks=1, row_stride=heads * dim, tile_stride=rows * heads * dim, rows=rows,
                           cols=dim, tiles=seq_len // rows)
+
+
+def _l2_pattern(sizes: BlockSizes, element_bytes: int, limits: DeviceLimits) -> _StreamPattern:
+    """The token pattern with every batch reading the same [T, H, D] slab of a quarter of L2: L2 hits."""
+    heads, dim = sizes.token_shape
+    seq_len = max(sizes.token_tile_rows, limits.l2_bytes // 4 // (element_bytes * heads * dim))
+    if sizes.device != "cuda":
+        seq_len = 2 * sizes.token_tile_rows
+    token = _token_pattern(sizes, element_bytes)
+    return replace(token, outer_stride=0, tiles=seq_len // sizes.token_tile_rows,
+                   outer=token.outer * token.tiles * sizes.token_tile_rows // seq_len)
 
 
 def _state_pattern(sizes: BlockSizes, element_bytes: int) -> _StreamPattern:
@@ -265,20 +287,34 @@ def _state_pattern(sizes: BlockSizes, element_bytes: int) -> _StreamPattern:
                           tile_stride=dqk * dv, rows=block_qk, cols=block_v, tiles=chunks)
 
 
-def measure_memory(sizes: BlockSizes, timer: _Timer) -> dict:
-    """Load and store bandwidth in B/s of the token-tile and state-tile patterns (bytes moved / time)."""
+def _stream_seconds(pattern: _StreamPattern, programs: int, write: bool, buffer, timer: _Timer) -> float:
+    sums = torch.empty(pattern.programs, device=buffer.device)
+    p = pattern
+    return timer(lambda: _tile_stream_kernel[(programs,)](
+        buffer, buffer, sums, p.tiles, p.inner, p.outer_stride, p.inner_stride, p.col_blocks, p.row_stride,
+        p.tile_stride, ROWS=p.rows, COLS=p.cols, WRITE=write))
+
+
+def measure_memory(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+    """Bandwidth in B/s (bytes moved / time, whole GPU) of the token-tile and state-tile patterns, loads and
+    stores, every program of the pattern launched; ``token_read_one_per_sm``: token loads with one program
+    per SM; ``l2_read``: token loads that hit L2."""
     element_bytes = torch.empty(0, dtype=sizes.dtype).element_size()
+    token = _token_pattern(sizes, element_bytes)
     rates = {}
-    for name, pattern in (("token", _token_pattern(sizes, element_bytes)),
-                          ("state", _state_pattern(sizes, element_bytes))):
+    for name, pattern in (("token", token), ("state", _state_pattern(sizes, element_bytes))):
         buffer = torch.zeros(pattern.outer * pattern.outer_stride, device=sizes.device, dtype=sizes.dtype)
-        sums = torch.empty(pattern.programs, device=sizes.device)
         for direction, write in (("read", False), ("write", True)):
-            seconds = timer(lambda p=pattern, write=write, buffer=buffer, sums=sums: _tile_stream_kernel[
-                (p.programs,)](buffer, buffer, sums, p.tiles, p.inner, p.outer_stride, p.inner_stride,
-                               p.col_blocks, p.row_stride, p.tile_stride, ROWS=p.rows, COLS=p.cols,
-                               WRITE=write))
+            seconds = _stream_seconds(pattern, pattern.programs, write, buffer, timer)
             rates[f"{name}_{direction}_bytes_per_s"] = pattern.elements * element_bytes / seconds
+    buffer = torch.zeros(token.outer * token.outer_stride, device=sizes.device, dtype=sizes.dtype)
+    one_per_sm = min(token.programs, _grid_programs(sizes, limits)[1])
+    seconds = _stream_seconds(token, one_per_sm, False, buffer, timer)
+    one_per_sm_bytes = token.elements // token.programs * one_per_sm * element_bytes
+    rates["token_read_one_per_sm_bytes_per_s"] = one_per_sm_bytes / seconds
+    l2 = _l2_pattern(sizes, element_bytes, limits)
+    seconds = _stream_seconds(l2, l2.programs, False, buffer, timer)
+    rates["l2_read_bytes_per_s"] = l2.elements * element_bytes / seconds
     return rates
 
 
@@ -317,7 +353,7 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
         "device": limits.__dict__,
         "dot": measure_dot(sizes, limits, timer),
         "pointwise": measure_pointwise(sizes, limits, timer),
-        "memory": measure_memory(sizes, timer),
+        "memory": measure_memory(sizes, limits, timer),
         "memory_patterns": memory_patterns(sizes),
         "launch": measure_launch(sizes, timer),
     }
