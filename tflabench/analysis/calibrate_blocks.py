@@ -350,6 +350,7 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
     started = time.perf_counter()
     blocks = {
         "dtype": str(sizes.dtype).removeprefix("torch."),
+        "programs_per_sm": sizes.programs_per_sm,
         "device": limits.__dict__,
         "dot": measure_dot(sizes, limits, timer),
         "pointwise": measure_pointwise(sizes, limits, timer),
