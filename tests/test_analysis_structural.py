@@ -144,3 +144,17 @@ def test_optimal_chunk_uses_the_structural_model_when_calibrated():
     paper = json.loads(run_cli(["optimal-chunk", "--gpu", "h100", "--model", "paper", "--json"])[1])
     assert paper["model"] == "paper" and paper["structural"] is None
     assert json.loads(run_cli(["optimal-chunk", "--gpu", "h200", "--json"])[1])["model"] == "paper"
+
+
+def test_the_model_vs_measured_figure_draws_the_structural_model(tmp_path, monkeypatch):
+    from tflabench.analysis.plots import plot_model_vs_measured
+
+    record = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
+    (tmp_path / "h200.json").write_text(json.dumps({**record, "gpu": "h200"}))
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
+    run = load_run(FIXTURES / "h200_small")
+    assert model_check.predicted_ms(run)
+    figure = plot_model_vs_measured(run)
+    labels = [text.get_text() for part in (figure, *figure.subfigs) for legend in part.legends
+              for text in legend.get_texts()]
+    assert any("structural model" in label for label in labels)

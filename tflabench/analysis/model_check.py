@@ -167,6 +167,16 @@ def run_rates(run: Run, gpu: str | None = None) -> structural.Rates:
     return structural.load_rates(gpu)
 
 
+def predicted_ms(run: Run) -> dict[tuple, float]:
+    """{(kernel, batch, seq_len, heads, head_dim_qk, head_dim_v, mode, chunk): predicted ms} of the rows the
+    model covers; empty when the run's GPU has no building-block calibration."""
+    try:
+        rates = run_rates(run)
+    except InputError:
+        return {}
+    return {(*check.group, check.chunk): check.predicted_ms for check in check_rows(run, rates)}
+
+
 def check_run(run: Run, gpu: str | None = None) -> dict:
     """`summary` of the run against the model, InputError when no row of it is modelled."""
     rates = run_rates(run, gpu)

@@ -16,7 +16,8 @@ the calibration's one-program-per-SM and full-grid figures. A pass is the sum of
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
 (the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk: the TFLA structure with its
-own tiles, fp32 states, one pipeline stage).
+own tiles, fp32 states, one pipeline stage). Equations, occupancy rule and limits:
+docs/performance-model.md.
 """
 
 from __future__ import annotations
@@ -204,9 +205,9 @@ def _tfla_tiling(problem: Problem, chunk: int, algorithm: str):
 
 
 def reference_tiling(problem: Problem, chunk: int):
-    """mlstm_kernels' xl_chunk tiles as a `Tiling` (docs/reference/mlstm-math.md#tiling): sub-chunks of
-    min(128, L) in its recurrent kernels, 64-token tiles, head-dim blocks of min(64, next_pow2(d)) (128 for
-    the forward value block), one pipeline stage, 4 warps."""
+    """mlstm_kernels' xl_chunk tiles as a `Tiling` (docs/performance-model.md#the-reference-kernel):
+    sub-chunks of min(128, L) in its recurrent kernels, 64-token tiles, head-dim blocks of
+    min(64, next_pow2(d)) (128 for the forward value block), one pipeline stage, 4 warps."""
     from tflabench.kernels.mlstm.launch import next_pow2
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
