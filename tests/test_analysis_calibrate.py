@@ -1,9 +1,12 @@
-"""`tflabench.analysis.calibrate`: importable and refusing without a GPU; plausible ceilings on one."""
+"""`tflabench.analysis.calibrate` and `calibrate_blocks`: refusing without a GPU, plausible ceilings on one,
+every building-block code path under the interpreter, the figures stored beside the ceilings."""
+
+import json
 
 import pytest
 import torch
 
-from tflabench.analysis import calibrate, hardware
+from tflabench.analysis import calibrate, calibrate_blocks, hardware
 from tflabench.errors import InputError
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
@@ -34,3 +37,38 @@ def test_measured_ceilings_are_below_and_near_the_datasheet():
     datasheet = hardware.datasheet_ceilings(gpu)
     assert 0.3 * datasheet.flops < measured.flops < 1.05 * datasheet.flops
     assert 0.3 * datasheet.bandwidth < measured.bandwidth < 1.05 * datasheet.bandwidth
+
+
+def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
+    """Every microbenchmark runs (tiny sizes, CPU tensors); the timings themselves mean nothing here."""
+    blocks = calibrate_blocks.measure_blocks(calibrate_blocks.BlockSizes.tiny())
+    assert blocks["dtype"] == "float32"
+    assert set(blocks["device"]) == {"sm_count", "shared_memory_per_sm", "registers_per_sm", "l2_bytes"}
+    shapes = [(dot["m"], dot["n"], dot["k"], dot["num_warps"]) for dot in blocks["dot"]]
+    assert shapes == [(16, 16, 16, 4), (16, 32, 16, 4)]
+    assert all(dot["flops_per_s"] > 0 and dot["one_per_sm_flops_per_s"] > 0 for dot in blocks["dot"])
+    assert set(blocks["pointwise"]) == {"exp_elements_per_s", "fma_elements_per_s"}
+    patterns = {f"{pattern}_{direction}" for pattern in ("token", "state") for direction in ("read", "write")}
+    patterns |= {"token_read_one_per_sm", "l2_read"}
+    assert set(blocks["memory"]) == {f"{pattern}_bytes_per_s" for pattern in patterns}
+    assert set(blocks["memory_patterns"]) == {"token", "state"}
+    assert set(blocks["launch"]) == {"launch_s", "program_s"}
+    assert blocks["seconds"] > 0
+
+
+def test_the_gpu_sizes_cover_the_kernels_tiles():
+    shapes = {(m, n, k) for m, n, k, _ in calibrate_blocks.BlockSizes().dot_shapes}
+    assert {(64, 128, 64), (64, 128, 128), (64, 64, 128), (128, 128, 128)} <= shapes
+
+
+def test_blocks_are_stored_beside_the_ceilings(tmp_path, monkeypatch):
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
+    ceilings = hardware.Ceilings(7e14, 3e12, "measured 2026-01-01 test")
+    assert hardware.load_calibration_blocks("h100") is None
+    hardware.save_measured_ceilings("h100", ceilings)
+    assert hardware.load_calibration_blocks("h100") is None
+    hardware.save_measured_ceilings("h100", ceilings, {"dot": []})
+    assert hardware.load_measured_ceilings("h100") == ceilings
+    assert hardware.load_calibration_blocks("h100") == {"dot": []}
+    record = json.loads((tmp_path / "h100-sxm.json").read_text())
+    assert set(record) == {"gpu", "dtype", "flops", "bandwidth", "source", "blocks"}

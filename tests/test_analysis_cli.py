@@ -227,3 +227,21 @@ def test_unknown_gpu_gives_one_line_error(name):
 @given(st.text(max_size=16).filter(lambda name: name not in FAMILIES))
 def test_unknown_family_gives_one_line_error(name):
     assert_one_line_error(["roofline", f"--family={name}"])
+
+
+def test_calibrate_stores_the_building_blocks_beside_the_ceilings(tmp_path, monkeypatch):
+    """The command's path with a GPU, its measurements replaced: the interpreter's tiny block figures."""
+    from tflabench.analysis import calibrate, calibrate_blocks, commands
+
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(calibrate, "cuda_device_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(calibrate, "measure_ceilings",
+                        lambda *args: hardware.Ceilings(7.5e14, 2.9e12, "measured 2026-01-01 test"))
+    tiny = calibrate_blocks.measure_blocks(calibrate_blocks.BlockSizes.tiny())
+    monkeypatch.setattr(commands, "_measure_blocks", lambda: tiny)
+    code, out, _ = run_cli(["calibrate"])
+    assert code == 0 and "tl.dot tiles" in out and "per program" in out
+    record = json.loads((tmp_path / "h100-sxm.json").read_text())
+    assert record["flops"] == 7.5e14 and record["blocks"] == tiny
+    payload = json.loads(run_cli(["calibrate", "--no-blocks", "--no-save", "--json"])[1])
+    assert payload["blocks"] is None and payload["stored"] is None

@@ -25,11 +25,11 @@ app = typer.Typer(
 def _register_commands() -> None:
     from tflabench import demo
     from tflabench.analysis import commands as analysis_commands
-    from tflabench.analysis import plot_commands
+    from tflabench.analysis import model_commands, plot_commands
     from tflabench.bench import commands as bench_commands
     from tflabench.bench import peer_commands
 
-    for module in (analysis_commands, bench_commands, peer_commands, plot_commands):
+    for module in (analysis_commands, model_commands, bench_commands, peer_commands, plot_commands):
         module.register(app)
     demo.register(app, run_command=main)
 

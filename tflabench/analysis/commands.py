@@ -192,9 +192,14 @@ def optimal_chunk(
     heads: Annotated[int, typer.Option(help="Number of heads (runtime table only).")] = 8,
     chunk_sizes: ChunkSizesOption = DEFAULT_CHUNK_SIZES,
     measured: MeasuredFlag = False,
+    model_choice: Annotated[str, typer.Option(
+        "--model",
+        help="structural (needs the GPU's building-block calibration), paper (Eq. 116/121) or auto: "
+             "structural when the calibration exists.")] = "auto",
     as_json: JsonFlag = False,
 ) -> None:
-    """FLOP- and runtime-optimal chunk size of the mLSTM kernels, the runnable choice, Eq. 116 over L."""
+    """FLOP- and runtime-optimal chunk size of the mLSTM kernels, the runnable choice, Eq. 116 over L; with a
+    building-block calibration also the structural model's time over L and its best chunk size."""
     device = hardware.get_gpu(gpu)
     ceilings = _ceilings(device, "bfloat16", measured)
     sizes = {"--head-dim-v": head_dim_v, "--batch": batch, "--heads": heads, "--seq-len": seq_len,
@@ -210,18 +215,24 @@ def optimal_chunk(
         "causal_factor": causal_factor,
     }
     problem = {"seq_len": seq_len, "batch": batch, "heads": heads}
-    report = _optimal_chunk_report(ceilings, model, problem, _parse_chunk_sizes(chunk_sizes, seq_len))
+    sizes = _parse_chunk_sizes(chunk_sizes, seq_len)
+    report = _optimal_chunk_report(ceilings, model, problem, sizes)
+    structural_report = _structural_report(device, model_choice, model, problem, sizes)
     if as_json:
         _echo_json(
             {
                 "gpu": device.key,
                 "ceilings": _ceilings_json(ceilings),
                 "params": {**model, **problem},
+                "model": "structural" if structural_report else "paper",
+                "structural": structural_report,
                 **report,
             }
         )
         return
     console = _console()
+    if structural_report:
+        _print_structural(console, structural_report)
     for line in _gpu_lines(device, ceilings, "bf16", measured):
         console.print(line)
     console.print(
@@ -230,6 +241,49 @@ def optimal_chunk(
     )
     console.print(f"Eq. 116 runtimes for B={batch}, NH={heads}, T={seq_len}")
     _print_optimal_chunk(console, report, oc.admissible_chunk_sizes(seq_len))
+
+
+STRUCTURAL_VARIANTS = ("sig", "exp")
+
+
+def _structural_report(device: GPU, choice: str, model: dict, problem: dict, sizes: list[int]) -> dict | None:
+    """Per variant, the structural model's forward time of TFLA (xl_chunk) over the chunk sizes it runs and
+    its best chunk size; None for the paper's model (asked for, or auto without a calibration)."""
+    from tflabench.analysis import structural
+
+    if choice not in ("auto", "structural", "paper"):
+        raise InputError(f"--model must be auto, structural or paper, got {choice!r}")
+    if choice == "paper" or (choice == "auto" and hardware.load_calibration_blocks(device.key) is None):
+        return None
+    rates = structural.load_rates(device.key)
+    head_dim_qk = round(model["qk_ratio"] * model["head_dim_v"])
+    variants = {}
+    for variant in STRUCTURAL_VARIANTS:
+        shape = structural.Problem(problem["batch"], problem["seq_len"], problem["heads"], head_dim_qk,
+                                   model["head_dim_v"], variant=variant)
+        runnable = set(structural.runnable_chunks(shape, "xl_chunk", sizes))
+        runtimes = [{"chunk_size": L, "ms": structural.predict(shape, "xl_chunk", L, rates).ms}
+                    for L in sizes if L in runnable]
+        if not runtimes:
+            raise InputError(f"no chunk size in {sizes} runs at seq_len={problem['seq_len']}")
+        best = min(runtimes, key=lambda row: row["ms"])
+        variants[variant] = {"best_chunk": best["chunk_size"], "best_ms": best["ms"], "runtime_ms": runtimes}
+    return {"calibration": rates.source, "algorithm": "xl_chunk", "variants": variants}
+
+
+def _print_structural(console: Console, report: dict) -> None:
+    best = ", ".join(f"{variant} L* = {result['best_chunk']} ({result['best_ms']:.3f} ms)"
+                     for variant, result in report["variants"].items())
+    console.print(f"structural model ({report['calibration']}), TFLA xl_chunk forward: {best}")
+    table = _table("Structural model: forward time over L (xl_chunk)", ["L", "sig ms", "exp ms"])
+    by_chunk = {}
+    for variant, result in report["variants"].items():
+        for row in result["runtime_ms"]:
+            by_chunk.setdefault(row["chunk_size"], {})[variant] = row["ms"]
+    for L, times in by_chunk.items():
+        table.add_row(str(L), *(f"{times[v]:.3f}" if v in times else "-" for v in STRUCTURAL_VARIANTS))
+    console.print(table)
+    console.print("paper's model (Eq. 116/121), beside it:")
 
 
 def _optimal_chunk_report(ceilings: Ceilings, model: dict, problem: dict, chunk_sizes: list[int]) -> dict:
@@ -410,10 +464,14 @@ def calibrate(
     matmul_size: Annotated[int, typer.Option(help="n of the n x n x n bf16 matmul.")] = 8192,
     copy_mib: Annotated[int, typer.Option(help="Size of the device copy in MiB.")] = 1024,
     repeats: Annotated[int, typer.Option(help="Timed repeats (median reported).")] = 20,
+    blocks: Annotated[bool, typer.Option(
+        help="Also time the kernels' building blocks (tl.dot tiles, exp, tile loads/stores, launches).",
+    )] = True,
     save: Annotated[bool, typer.Option(help="Store the result under results/calibration/.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
-    """Measure this GPU's bf16 matmul rate and copy bandwidth (read + write) and store them."""
+    """Measure this GPU's bf16 matmul rate and copy bandwidth (read + write) and, with --blocks, the
+    building blocks of the mLSTM kernels (about a minute on an H100); store them."""
     from tflabench.analysis.calibrate import cuda_device_name, measure_ceilings
 
     for option, value in (("--matmul-size", matmul_size), ("--copy-mib", copy_mib), ("--repeats", repeats)):
@@ -426,7 +484,8 @@ def calibrate(
             f"GPU {device_name!r} is not in the database: pass --gpu KEY to store its calibration"
         )
     measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
-    path = hardware.save_measured_ceilings(device.key, measured) if save else None
+    block_figures = _measure_blocks() if blocks else None
+    path = hardware.save_measured_ceilings(device.key, measured, block_figures) if save else None
     datasheet = hardware.datasheet_ceilings(device)
     if as_json:
         _echo_json(
@@ -435,6 +494,7 @@ def calibrate(
                 "device": device_name,
                 "measured": _ceilings_json(measured),
                 "datasheet": _ceilings_json(datasheet),
+                "blocks": block_figures,
                 "stored": str(path) if path else None,
             }
         )
@@ -459,4 +519,31 @@ def calibrate(
     table.add_row("ridge FLOP/B", f"{measured.ridge:.1f}", f"{datasheet.ridge:.1f}", "")
     console = _console()
     console.print(table)
+    if block_figures is not None:
+        _print_blocks(console, block_figures)
     console.print(f"stored in {path}" if path else "not stored (--no-save)")
+
+
+def _measure_blocks() -> dict:
+    from tflabench.analysis.calibrate_blocks import measure_blocks
+
+    return measure_blocks()
+
+
+def _print_blocks(console: Console, blocks: dict) -> None:
+    """The building-block figures of a calibration as two tables (tl.dot tiles; the other rates)."""
+    dots = _table("tl.dot tiles (bf16, fp32 accumulate, whole GPU)", ["M x N x K", "warps", "TFLOP/s"])
+    for dot in blocks["dot"]:
+        dots.add_row(f"{dot['m']} x {dot['n']} x {dot['k']}", str(dot["num_warps"]),
+                     f"{dot['flops_per_s'] / 1e12:.1f}")
+    console.print(dots)
+    rates = _table("Other building blocks", ["figure", "value"], left=("figure",))
+    for name, value in blocks["pointwise"].items():
+        rates.add_row(name.replace("_", " "), f"{value / 1e12:.2f} T/s")
+    for name, value in blocks["memory"].items():
+        rates.add_row(name.replace("_", " "), f"{value / 1e12:.2f} TB/s")
+    rates.add_row("launch", f"{blocks['launch']['launch_s'] * 1e6:.2f} us")
+    rates.add_row("per program", f"{blocks['launch']['program_s'] * 1e9:.3f} ns")
+    rates.add_row("SMs", str(blocks["device"]["sm_count"]))
+    rates.add_row("measured in", f"{blocks['seconds']:.1f} s")
+    console.print(rates)

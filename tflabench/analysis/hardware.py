@@ -187,13 +187,24 @@ def _calibration_path(gpu_key: str) -> Path:
     return calibration_dir() / f"{get_gpu(gpu_key).key}.json"
 
 
-def load_measured_ceilings(gpu_key: str) -> Ceilings | None:
-    """The stored measured bf16 ceilings of a GPU, or None when it was never calibrated."""
+def _calibration_record(gpu_key: str) -> tuple[Path, dict] | None:
+    """(path, parsed JSON) of a GPU's calibration file, or None when it was never calibrated."""
     path = _calibration_path(gpu_key)
     if not path.exists():
         return None
     try:
-        record = json.loads(path.read_text())
+        return path, json.loads(path.read_text())
+    except ValueError as exc:
+        raise InputError(f"malformed calibration file {str(path)!r}: {exc!r}") from exc
+
+
+def load_measured_ceilings(gpu_key: str) -> Ceilings | None:
+    """The stored measured bf16 ceilings of a GPU, or None when it was never calibrated."""
+    stored = _calibration_record(gpu_key)
+    if stored is None:
+        return None
+    path, record = stored
+    try:
         ceilings = Ceilings(float(record["flops"]), float(record["bandwidth"]), str(record["source"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"malformed calibration file {str(path)!r}: {exc!r}") from exc
@@ -202,8 +213,21 @@ def load_measured_ceilings(gpu_key: str) -> Ceilings | None:
     return ceilings
 
 
-def save_measured_ceilings(gpu_key: str, ceilings: Ceilings) -> Path:
-    """Store measured bf16 ceilings as JSON; returns the file written."""
+def load_calibration_blocks(gpu_key: str) -> dict | None:
+    """The building-block figures of a GPU's calibration (``blocks``, see `analysis.calibrate_blocks`), or
+    None when the GPU was never calibrated or only its matmul and copy ceilings were."""
+    stored = _calibration_record(gpu_key)
+    if stored is None or "blocks" not in stored[1]:
+        return None
+    path, record = stored
+    if not isinstance(record["blocks"], dict):
+        raise InputError(f"malformed calibration file {str(path)!r}: blocks must be an object")
+    return record["blocks"]
+
+
+def save_measured_ceilings(gpu_key: str, ceilings: Ceilings, blocks: dict | None = None) -> Path:
+    """Store measured bf16 ceilings (and the building-block figures, when measured) as JSON; returns the
+    file written."""
     path = _calibration_path(gpu_key)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
@@ -213,5 +237,7 @@ def save_measured_ceilings(gpu_key: str, ceilings: Ceilings) -> Path:
         "bandwidth": ceilings.bandwidth,
         "source": ceilings.source,
     }
+    if blocks is not None:
+        record["blocks"] = blocks
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path

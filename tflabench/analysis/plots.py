@@ -656,9 +656,10 @@ def plot_model_vs_measured(run: Run) -> Figure:
 
     Model: the additive form of Eq. 116, F/alpha + B/beta (dashed), and the overlap bound
     max(F/alpha, B/beta) (dotted), with each row's model FLOPs and bytes and the run's measured ceilings
-    (datasheet when none were measured). The lower panels show measured / additive model.
+    (datasheet when none were measured); the structural model (dash-dot, docs/performance-model.md) where
+    the run's GPU has a building-block calibration. The lower panels show measured / additive model.
     """
-    from tflabench.analysis import models, roofline
+    from tflabench.analysis import model_check, models, roofline
 
     sweeps = [s for s in chunk_sweeps(run) if s.rows[["flops", "bytes"]].notna().all(axis=None)]
     if not sweeps:
@@ -669,6 +670,7 @@ def plot_model_vs_measured(run: Run) -> Figure:
     if ceilings is None:
         raise NoDataError("no GPU ceilings known for this run's device: the runtime model needs them")
     colors = kernel_colors(run.table)
+    structural = model_check.predicted_ms(run)
     modes = [mode for mode in MODES if any(sweep.mode == mode for sweep in sweeps)]
     fig, panels, axes = _figure(
         len(modes), nrows=2, height=PANEL_SIZE[1] * 1.45, sharex="col", gridspec_kw={"height_ratios": (3, 1)}
@@ -683,6 +685,10 @@ def plot_model_vs_measured(run: Run) -> Figure:
             top.plot(rows["chunk_size"], rows["time_ms"], marker="o", color=color, label=sweep.label)
             top.plot(rows["chunk_size"], additive, ls="--", color=color)
             top.plot(rows["chunk_size"], overlap, ls=":", color=color)
+            keys = [(sweep.kernel, sweep.batch, sweep.seq_len, sweep.heads, sweep.head_dim_qk,
+                     sweep.head_dim_v, sweep.mode, int(chunk)) for chunk in rows["chunk_size"]]
+            if all(key in structural for key in keys):
+                top.plot(rows["chunk_size"], [structural[key] for key in keys], ls="-.", color=color)
             bottom.plot(rows["chunk_size"], rows["time_ms"] / additive, marker="o", color=color)
         top.set_title(MODE_TITLES[mode])
         top.set_ylabel("runtime (ms)")
@@ -695,6 +701,8 @@ def plot_model_vs_measured(run: Run) -> Figure:
         Line2D([], [], color="black", marker="o", label="measured (median)"),
         Line2D([], [], color="black", ls="--", label="model F/α + B/β (additive, Eq. 116 form)"),
         Line2D([], [], color="black", ls=":", label="model max(F/α, B/β) (overlap bound)"),
+        *([Line2D([], [], color="black", ls="-.", label="structural model (calibrated building blocks)")]
+          if structural else []),
     ]
     _shared_legend(panels, axes[0], "kernel   heads×d_qk/d_v   T, batch", proxies)
     fig.suptitle(f"Runtime model vs measurement — ceilings: {ceilings.source} ({ceilings_label(ceilings)})")

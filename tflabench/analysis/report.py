@@ -135,6 +135,8 @@ def _gpu_sections(run: Run, baseline: str | None, suffix: str) -> list[str]:
         mlstm_groups_markdown(run),
         "## Chunk size: measured and theoretical optimum" + suffix,
         chunk_optimum_markdown(run),
+        "## Structural performance model against this run" + suffix,
+        structural_model_markdown(run),
         "## Comparison with the TFLA paper (H100)" + suffix,
         paper_comparison_markdown(run),
         "## The TFLA paper's statements, checked on this run" + suffix,
@@ -365,6 +367,36 @@ def chunk_optimum_markdown(run: Run) -> str:
     ]
     verdicts = [_chunk_verdict(optimum) for optimum in optima if optimum.theory_chunk is not None]
     return source + "\n\n" + _table(header, rows) + ("\n\n" + "\n".join(verdicts) if verdicts else "")
+
+
+def structural_model_markdown(run: Run) -> str:
+    """Model column (predicted / measured per modelled row) and the check per kernel
+    (docs/performance-model.md), or why there is none."""
+    from tflabench.analysis import model_check
+
+    try:
+        result = model_check.check_run(run)
+    except InputError as exc:
+        return f"Not available: {exc}"
+    rows = [[row["kernel"], _model_shape_label(row["shape"]), row["shape"]["mode"], row["chunk_size"],
+             _fixed(row["measured_ms"], 3), _fixed(row["predicted_ms"], 3), _fixed(row["ratio"])]
+            for row in result["all"]["rows"]]
+    per_row = _table(["kernel", "shape", "mode", "L", "measured ms", "model ms", "model / measured"], rows)
+    checks = []
+    for kernel, stats in [*result["kernels"].items(), ("all", result["all"])]:
+        groups = stats["groups"]
+        matched = f"{sum(g['match'] for g in groups)}/{len(groups)}" if groups else "-"
+        checks.append([kernel, len(stats["rows"]), _fixed(stats["median_abs_error"], 3),
+                       _fixed(stats["max_abs_error"], 3), matched])
+    check = _table(["kernel", "rows", "median abs error", "max abs error", "predicted best = measured best "
+                    "(or within 5 %)"], checks)
+    return f"Calibration: {result['calibration']}.\n\n{per_row}\n\n{check}"
+
+
+def _model_shape_label(shape: dict) -> str:
+    """``16×128/256 T=8k B=8`` of a model-check row's shape."""
+    label = dims_label(shape["heads"], shape["head_dim_qk"], shape["head_dim_v"])
+    return label + f" T={count_label(shape['seq_len'])} B={shape['batch']}"
 
 
 def _chunk_optimum_row(optimum) -> list[str]:

@@ -1,0 +1,362 @@
+"""Triton microbenchmarks of the building blocks the mLSTM kernels are made of (`tflabench calibrate`).
+
+What the structural performance model (`analysis.structural`) needs to know about a GPU, each measured with
+the whole GPU busy (aggregate rates, all SMs):
+
+* ``dot``: `tl.dot` FLOP/s at the tile shapes the kernels use, [M, K] x [K, N] with fp32 accumulation, the
+  operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops;
+* ``pointwise``: fp32 element rates of the gate arithmetic on a tile: ``exp`` (with two multiply-adds, the
+  shape of the gate matrix exp(b_i - b_j + ig_j)) and plain multiply-add (the rescaling of tiles);
+* ``memory``: load and store bandwidth of the access patterns of the kernels: token tiles [rows, head dim]
+  of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes) and the [Dqk, Dv] state tiles of
+  a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads);
+* ``launch``: seconds per launch of a back-to-back burst of one-program launches, and seconds per program of
+  an (almost) empty kernel with many programs;
+* ``device``: SM count, shared memory and registers per SM, L2 size (what occupancy is computed from).
+
+`measure_blocks` runs them with `BlockSizes` (the GPU defaults take about half a minute on an H100, most of
+it compiling); `BlockSizes.tiny` runs the same code paths under the Triton interpreter on CPU tensors, for
+tests (its timings mean nothing and are never stored as a calibration).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+import triton
+import triton.language as tl
+
+#: (M, N, K, num_warps) of the timed `tl.dot` tiles: the state update K^T V ([BK, BL] x [BL, BV]), the
+#: inter-chunk term Q C and the scores Q K^T ([BLQ, BK] x [BK, BV|BLKV]), the fused kernels' whole chunks
+DOT_SHAPES = (
+    (64, 64, 64, 4), (64, 128, 64, 4), (64, 256, 64, 4),
+    (64, 64, 128, 4), (64, 128, 128, 4), (64, 256, 128, 4),
+    (128, 64, 64, 4), (128, 128, 64, 4), (128, 128, 128, 4),
+    (128, 64, 64, 8), (128, 128, 64, 8), (128, 128, 128, 8), (128, 256, 64, 8),
+)
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    """How big each microbenchmark is. dot_iters / pointwise_iters: loop trips per program; programs_per_sm:
+    programs launched per SM (the grid); stream_bytes: bytes read or written per memory pattern;
+    launch_programs: programs of the per-program-overhead launch; burst: launches per launch-overhead
+    sample; repeats: timed samples (median kept)."""
+
+    dtype: torch.dtype = torch.bfloat16
+    dot_shapes: tuple[tuple[int, int, int, int], ...] = DOT_SHAPES
+    dot_iters: int = 1024
+    dot_stages: int = 2
+    pointwise_tile: tuple[int, int] = (64, 64)
+    pointwise_iters: int = 1024
+    programs_per_sm: int = 4
+    stream_bytes: int = 2**30
+    token_shape: tuple[int, int] = (16, 128)  # (heads, head dim) of the token-tile pattern
+    token_tile_rows: int = 64
+    state_shape: tuple[int, int] = (128, 256)  # (Dqk, Dv) of the state-tile pattern
+    state_tile: tuple[int, int] = (64, 128)
+    launch_programs: int = 2**16
+    burst: int = 100
+    repeats: int = 10
+    device: str = "cuda"
+
+    @classmethod
+    def tiny(cls) -> BlockSizes:
+        """Smallest sizes that run every code path (float32, CPU tensors, Triton interpreter)."""
+        return cls(dtype=torch.float32, dot_shapes=((16, 16, 16, 4), (16, 32, 16, 4)), dot_iters=2,
+                   dot_stages=1, pointwise_tile=(16, 16), pointwise_iters=2, programs_per_sm=1,
+                   stream_bytes=2**14, token_shape=(2, 16), token_tile_rows=16, state_shape=(16, 32),
+                   state_tile=(16, 16), launch_programs=4, burst=2, repeats=1, device="cpu")
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What occupancy is computed from: SMs, shared memory and 32-bit registers per SM, L2 bytes."""
+
+    sm_count: int
+    shared_memory_per_sm: int
+    registers_per_sm: int
+    l2_bytes: int
+
+    @classmethod
+    def of(cls, device: str) -> DeviceLimits:
+        """Limits of CUDA device 0; for the CPU (interpreter) an H100 SXM's, so the code paths run."""
+        if device != "cuda":
+            return cls(sm_count=132, shared_memory_per_sm=233472, registers_per_sm=65536, l2_bytes=50 * 2**20)
+        props = torch.cuda.get_device_properties(0)
+        return cls(sm_count=props.multi_processor_count,
+                   shared_memory_per_sm=props.shared_memory_per_multiprocessor,
+                   registers_per_sm=props.regs_per_multiprocessor, l2_bytes=props.L2_cache_size)
+
+
+@dataclass
+class _Timer:
+    """Median seconds of a callable: CUDA events on a GPU, wall clock on the CPU (interpreter)."""
+
+    device: str
+    repeats: int
+    warmup: int = 2
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        for _ in range(self.warmup):
+            fn()
+        self._sync()
+        times = [self._once(fn) for _ in range(self.repeats)]
+        return statistics.median(times)
+
+    def _once(self, fn: Callable[[], object]) -> float:
+        if self.device != "cuda":
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
+                M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """acc[M, N] += a[M, K] @ b[K, N] ITERS times, the operands loaded each iteration from one of SLOTS
+    tile slots (a [SLOTS, M, K], b [SLOTS, K, N], L2-resident). Writes the sum of acc to out[pid]."""
+    pid = tl.program_id(0)
+    offs_m = tl.arange(0, M)
+    offs_n = tl.arange(0, N)
+    offs_k = tl.arange(0, K)
+    acc = tl.zeros([M, N], dtype=tl.float32)
+    for it in tl.range(0, ITERS, num_stages=NUM_STAGES):
+        slot = (pid + it) % SLOTS
+        a = tl.load(a_ptr + slot * M * K + offs_m[:, None] * K + offs_k[None, :])
+        b = tl.load(b_ptr + slot * K * N + offs_k[:, None] * N + offs_n[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
+
+
+@triton.jit
+def _pointwise_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr):
+    """ITERS rounds of x <- exp(x * a + b) * c + d (EXP) or x <- x * a + b on an fp32 [ROWS, COLS] tile."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    x = tl.load(x_ptr + offs)
+    for _ in range(ITERS):
+        if EXP:
+            x = tl.exp(x * 0.5 - 0.25) * 0.5 - 0.5
+        else:
+            x = x * 0.999 + 0.001
+    tl.store(out_ptr + pid * ROWS * COLS + offs, x)
+
+
+@triton.jit
+def _tile_stream_kernel(src_ptr, dst_ptr, sums_ptr, TILES, INNER, OUTER_STRIDE, INNER_STRIDE, COL_BLOCKS,
+                        ROW_STRIDE, TILE_STRIDE,
+                        ROWS: tl.constexpr, COLS: tl.constexpr, WRITE: tl.constexpr):
+    """One program per (stream, column block), the column block fastest; stream s starts at
+    (s // INNER) * OUTER_STRIDE + (s % INNER) * INNER_STRIDE. Walks TILES tiles [ROWS, COLS] (rows ROW_STRIDE
+    apart, tiles TILE_STRIDE apart): loads them (sum to sums[pid]) or, with WRITE, stores them to dst."""
+    pid = tl.program_id(0)
+    stream = (pid // COL_BLOCKS).to(tl.int64)
+    base = (stream // INNER) * OUTER_STRIDE + (stream % INNER) * INNER_STRIDE + (pid % COL_BLOCKS) * COLS
+    offs = tl.arange(0, ROWS)[:, None] * ROW_STRIDE + tl.arange(0, COLS)[None, :]
+    acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
+    for tile in range(0, TILES):
+        ptrs = base + tile * TILE_STRIDE + offs
+        if WRITE:
+            tl.store(dst_ptr + ptrs, acc.to(dst_ptr.dtype.element_ty))
+        else:
+            acc += tl.load(src_ptr + ptrs).to(tl.float32)
+    if not WRITE:
+        tl.store(sums_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
+
+
+@triton.jit(do_not_specialize=["NEVER"])
+def _empty_kernel(out_ptr, NEVER):
+    """Does nothing (the store is never taken; NEVER is a runtime 0 so it is not compiled away)."""
+    if tl.program_id(0) == NEVER - 1:
+        tl.store(out_ptr, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------- measurements
+def _grid_programs(sizes: BlockSizes, limits: DeviceLimits) -> tuple[int, int]:
+    """(programs of a full grid, programs of a grid of one per SM); on the CPU both tiny."""
+    if sizes.device != "cuda":
+        return sizes.programs_per_sm, 1
+    return sizes.programs_per_sm * limits.sm_count, limits.sm_count
+
+
+def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
+    """FLOP/s (whole GPU) of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`: ``flops_per_s`` with
+    `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s`` with one program per SM."""
+    slots = 64 if sizes.device == "cuda" else 2
+    results = []
+    for m, n, k, warps in sizes.dot_shapes:
+        a = torch.randn(slots, m, k, device=sizes.device).to(sizes.dtype)
+        b = torch.randn(slots, k, n, device=sizes.device).to(sizes.dtype)
+        out = torch.empty(_grid_programs(sizes, limits)[0], device=sizes.device)
+        rates = []
+        for programs in _grid_programs(sizes, limits):
+            def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps):
+                _dot_kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
+                                         NUM_STAGES=sizes.dot_stages, num_warps=warps)
+            rates.append(2 * m * n * k * sizes.dot_iters * programs / timer(launch))
+        results.append({"m": m, "n": n, "k": k, "num_warps": warps, "flops_per_s": rates[0],
+                        "one_per_sm_flops_per_s": rates[1]})
+    return results
+
+
+def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+    """fp32 elements per second (whole GPU) of an exp with two multiply-adds, and of one multiply-add."""
+    programs = _grid_programs(sizes, limits)[0]
+    rows, cols = sizes.pointwise_tile
+    x = torch.rand(rows * cols, device=sizes.device)
+    out = torch.empty(programs * rows * cols, device=sizes.device)
+    elements = programs * rows * cols * sizes.pointwise_iters
+    rates = {}
+    for name, exp in (("exp_elements_per_s", True), ("fma_elements_per_s", False)):
+        seconds = timer(lambda exp=exp: _pointwise_kernel[(programs,)](
+            x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols, EXP=exp))
+        rates[name] = elements / seconds
+    return rates
+
+
+@dataclass(frozen=True)
+class _StreamPattern:
+    """A tile walk of `_tile_stream_kernel`: streams = outer * inner, col_blocks, tiles per stream."""
+
+    outer: int
+    inner: int
+    outer_stride: int
+    inner_stride: int
+    col_blocks: int
+    row_stride: int
+    tile_stride: int
+    rows: int
+    cols: int
+    tiles: int
+
+    @property
+    def programs(self) -> int:
+        return self.outer * self.inner * self.col_blocks
+
+    @property
+    def elements(self) -> int:
+        return self.programs * self.tiles * self.rows * self.cols
+
+
+def _token_pattern(sizes: BlockSizes, element_bytes: int, max_seq_len: int = 8192) -> _StreamPattern:
+    """Token tiles [rows, D] of a [B, T, H, D] tensor, one stream per (batch, head), T <= max_seq_len."""
+    heads, dim = sizes.token_shape
+    seq_len = min(max_seq_len, sizes.stream_bytes // (element_bytes * heads * dim))
+    batch = max(1, sizes.stream_bytes // (element_bytes * seq_len * heads * dim))
+    rows = sizes.token_tile_rows
+    return _StreamPattern(outer=batch, inner=heads, outer_stride=seq_len * heads * dim, inner_stride=dim,
+                          col_blocks=1, row_stride=heads * dim, tile_stride=rows * heads * dim, rows=rows,
+                          cols=dim, tiles=seq_len // rows)
+
+
+def _l2_pattern(sizes: BlockSizes, element_bytes: int, limits: DeviceLimits) -> _StreamPattern:
+    """The token pattern with every batch reading the same [T, H, D] slab of a quarter of L2: L2 hits."""
+    heads, dim = sizes.token_shape
+    seq_len = max(sizes.token_tile_rows, limits.l2_bytes // 4 // (element_bytes * heads * dim))
+    if sizes.device != "cuda":
+        seq_len = 2 * sizes.token_tile_rows
+    token = _token_pattern(sizes, element_bytes)
+    return replace(token, outer_stride=0, tiles=seq_len // sizes.token_tile_rows,
+                   outer=token.outer * token.tiles * sizes.token_tile_rows // seq_len)
+
+
+def _state_pattern(sizes: BlockSizes, element_bytes: int) -> _StreamPattern:
+    """State tiles [BK, BV] of a [B*H, NC, Dqk, Dv] tensor, one stream per (Dqk block, B*H), walking NC."""
+    dqk, dv = sizes.state_shape
+    block_qk, block_v = sizes.state_tile
+    chunks = 64 if sizes.device == "cuda" else 2
+    streams = max(1, sizes.stream_bytes // (element_bytes * chunks * dqk * dv))
+    return _StreamPattern(outer=streams, inner=dqk // block_qk, outer_stride=chunks * dqk * dv,
+                          inner_stride=block_qk * dv, col_blocks=dv // block_v, row_stride=dv,
+                          tile_stride=dqk * dv, rows=block_qk, cols=block_v, tiles=chunks)
+
+
+def _stream_seconds(pattern: _StreamPattern, programs: int, write: bool, buffer, timer: _Timer) -> float:
+    sums = torch.empty(pattern.programs, device=buffer.device)
+    p = pattern
+    return timer(lambda: _tile_stream_kernel[(programs,)](
+        buffer, buffer, sums, p.tiles, p.inner, p.outer_stride, p.inner_stride, p.col_blocks, p.row_stride,
+        p.tile_stride, ROWS=p.rows, COLS=p.cols, WRITE=write))
+
+
+def measure_memory(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+    """Bandwidth in B/s (bytes moved / time, whole GPU) of the token-tile and state-tile patterns, loads and
+    stores, every program of the pattern launched; ``token_read_one_per_sm``: token loads with one program
+    per SM; ``l2_read``: token loads that hit L2."""
+    element_bytes = torch.empty(0, dtype=sizes.dtype).element_size()
+    token = _token_pattern(sizes, element_bytes)
+    rates = {}
+    for name, pattern in (("token", token), ("state", _state_pattern(sizes, element_bytes))):
+        buffer = torch.zeros(pattern.outer * pattern.outer_stride, device=sizes.device, dtype=sizes.dtype)
+        for direction, write in (("read", False), ("write", True)):
+            seconds = _stream_seconds(pattern, pattern.programs, write, buffer, timer)
+            rates[f"{name}_{direction}_bytes_per_s"] = pattern.elements * element_bytes / seconds
+    buffer = torch.zeros(token.outer * token.outer_stride, device=sizes.device, dtype=sizes.dtype)
+    one_per_sm = min(token.programs, _grid_programs(sizes, limits)[1])
+    seconds = _stream_seconds(token, one_per_sm, False, buffer, timer)
+    one_per_sm_bytes = token.elements // token.programs * one_per_sm * element_bytes
+    rates["token_read_one_per_sm_bytes_per_s"] = one_per_sm_bytes / seconds
+    l2 = _l2_pattern(sizes, element_bytes, limits)
+    seconds = _stream_seconds(l2, l2.programs, False, buffer, timer)
+    rates["l2_read_bytes_per_s"] = l2.elements * element_bytes / seconds
+    return rates
+
+
+def memory_patterns(sizes: BlockSizes) -> dict:
+    """What `measure_memory` timed, in words (stored beside its figures)."""
+    heads, dim = sizes.token_shape
+    return {
+        "token": f"[{sizes.token_tile_rows}, {dim}] tiles of [B, T, {heads}, {dim}] {sizes.dtype}",
+        "state": "[{}, {}] tiles of [B*H, NC, {}, {}] {}".format(*sizes.state_tile, *sizes.state_shape,
+                                                               sizes.dtype),
+    }
+
+
+def measure_launch(sizes: BlockSizes, timer: _Timer) -> dict:
+    """launch_s: seconds per launch in a burst of one-program launches; program_s: seconds per program
+    (whole GPU) of an empty kernel with `sizes.launch_programs` programs, the launch subtracted."""
+    out = torch.empty(1, device=sizes.device)
+
+    def burst():
+        for _ in range(sizes.burst):
+            _empty_kernel[(1,)](out, 0)
+
+    launch_s = timer(burst) / sizes.burst
+    many_s = timer(lambda: _empty_kernel[(sizes.launch_programs,)](out, 0))
+    return {"launch_s": launch_s, "program_s": max(0.0, many_s - launch_s) / sizes.launch_programs}
+
+
+def measure_blocks(sizes: BlockSizes | None = None) -> dict:
+    """Every building-block figure (the ``blocks`` entry of a calibration file) with the sizes used."""
+    sizes = sizes or BlockSizes()
+    limits = DeviceLimits.of(sizes.device)
+    timer = _Timer(sizes.device, sizes.repeats)
+    started = time.perf_counter()
+    blocks = {
+        "dtype": str(sizes.dtype).removeprefix("torch."),
+        "programs_per_sm": sizes.programs_per_sm,
+        "device": limits.__dict__,
+        "dot": measure_dot(sizes, limits, timer),
+        "pointwise": measure_pointwise(sizes, limits, timer),
+        "memory": measure_memory(sizes, limits, timer),
+        "memory_patterns": memory_patterns(sizes),
+        "launch": measure_launch(sizes, timer),
+    }
+    blocks["seconds"] = time.perf_counter() - started
+    return blocks

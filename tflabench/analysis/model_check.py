@@ -1,0 +1,188 @@
+"""The structural model against a measured run (`tflabench model-check`, the report's model column).
+
+Each ``ok`` row of an mLSTM kernel the model covers is predicted at its shape, mode, variant, algorithm and
+chunk size (harness kernels ``tflabench.mlstm_<variant>.<algorithm>`` with algorithm xl_chunk, limit_chunk,
+fused_chunk or auto, whose row params hold the chosen algorithm and chunk size, and
+``mlstm_kernels.mlstm_<variant>.xl_chunk``, modelled as `structural`'s ``reference``). Per group (kernel,
+shape, mode) the predicted best row is compared with the measured best: a match when it is the same row or
+its measured time is within `BEST_TOLERANCE` of the best.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tflabench.analysis import structural
+from tflabench.analysis.run_data import Run, run_gpu
+from tflabench.errors import InputError
+
+BEST_TOLERANCE = 0.05
+SHAPE_KEYS = ("batch", "seq_len", "heads", "head_dim_qk", "head_dim_v", "mode")
+
+
+@dataclass(frozen=True)
+class RowCheck:
+    """One measured row with its prediction."""
+
+    kernel: str
+    group: tuple
+    algorithm: str
+    chunk: int
+    measured_ms: float
+    predicted_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_ms / self.measured_ms
+
+    @property
+    def abs_error(self) -> float:
+        return abs(self.ratio - 1)
+
+
+def modelled_algorithm(kernel: str, params: dict) -> tuple[str, str] | None:
+    """(variant, structural algorithm) of a harness kernel name, or None when the model does not cover it.
+    For ``*.auto`` the chosen algorithm comes from the row's params."""
+    parts = kernel.split(".")
+    if len(parts) != 3 or parts[1] not in ("mlstm_sig", "mlstm_exp"):
+        return None
+    source, family, algorithm = parts
+    variant = family.removeprefix("mlstm_")
+    if source == "mlstm_kernels":
+        return (variant, "reference") if algorithm == "xl_chunk" else None
+    if source != "tflabench":
+        return None
+    if algorithm == "auto":
+        algorithm = _choice(params).get("algorithm")
+    return (variant, algorithm) if algorithm in ("xl_chunk", "limit_chunk", "fused_chunk") else None
+
+
+def _choice(params: dict) -> dict:
+    """What an ``auto`` row chose ({"algorithm", "chunk_size", "reason"}), or {}."""
+    choice = params.get("choice")
+    return choice if isinstance(choice, dict) else {}
+
+
+def _row_params(row: pd.Series) -> dict:
+    try:
+        params = json.loads(row["params"]) if row["params"] else {}
+    except ValueError:
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def _row_chunk(row: pd.Series, params: dict) -> int | None:
+    chunk = row["chunk_size"]
+    if pd.isna(chunk) or chunk == "":
+        chunk = _choice(params).get("chunk_size")
+    return int(chunk) if chunk not in (None, "") and not pd.isna(chunk) else None
+
+
+def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
+    """Predicted vs measured for every ``ok`` row the model covers."""
+    checks = []
+    table = run.table[run.table["status"] == "ok"]
+    for _, row in table.iterrows():
+        params = _row_params(row)
+        modelled = modelled_algorithm(str(row["kernel"]), params)
+        chunk = _row_chunk(row, params)
+        if modelled is None or chunk is None:
+            continue
+        variant, algorithm = modelled
+        element_bytes = 4 if row["dtype"] == "float32" else 2
+        problem = structural.Problem(*(int(row[key]) for key in SHAPE_KEYS[:-1]), variant=variant,
+                                     mode=str(row["mode"]), element_bytes=element_bytes)
+        try:
+            predicted = structural.predict(problem, algorithm, chunk, rates)
+        except InputError:
+            continue
+        group = (str(row["kernel"]), *(row[key] for key in SHAPE_KEYS))
+        checks.append(RowCheck(str(row["kernel"]), group, algorithm, chunk, float(row["time_ms"]),
+                               predicted.ms))
+    return checks
+
+
+def group_matches(checks: list[RowCheck]) -> list[dict]:
+    """Per group (kernel, shape, mode) of at least two rows: measured best, predicted best, match."""
+    groups: dict[tuple, list[RowCheck]] = {}
+    for check in checks:
+        groups.setdefault(check.group, []).append(check)
+    results = []
+    for group, rows in groups.items():
+        if len(rows) < 2:
+            continue
+        measured = min(rows, key=lambda row: row.measured_ms)
+        predicted = min(rows, key=lambda row: row.predicted_ms)
+        slower = predicted.measured_ms / measured.measured_ms - 1
+        results.append({
+            "kernel": group[0],
+            "shape": dict(zip(SHAPE_KEYS, (_plain(value) for value in group[1:]), strict=True)),
+            "measured_best": {"algorithm": measured.algorithm, "chunk_size": measured.chunk,
+                              "ms": measured.measured_ms},
+            "predicted_best": {"algorithm": predicted.algorithm, "chunk_size": predicted.chunk,
+                               "measured_ms": predicted.measured_ms},
+            "match": slower <= BEST_TOLERANCE,
+        })
+    return results
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def summary(checks: list[RowCheck]) -> dict:
+    """Per kernel: rows, median and max abs(predicted / measured - 1), groups and the best-match fraction;
+    the same over all rows under ``all``."""
+    groups = group_matches(checks)
+    kernels = sorted({check.kernel for check in checks})
+    per_kernel = {kernel: _stats([c for c in checks if c.kernel == kernel],
+                                 [g for g in groups if g["kernel"] == kernel]) for kernel in kernels}
+    return {"all": _stats(checks, groups), "kernels": per_kernel}
+
+
+def _stats(checks: list[RowCheck], groups: list[dict]) -> dict:
+    errors = [check.abs_error for check in checks]
+    return {
+        "rows": [{"kernel": c.kernel, "shape": dict(zip(SHAPE_KEYS, map(_plain, c.group[1:]), strict=True)),
+                  "algorithm": c.algorithm, "chunk_size": c.chunk, "measured_ms": c.measured_ms,
+                  "predicted_ms": c.predicted_ms, "ratio": c.ratio} for c in checks],
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+        "groups": groups,
+        "best_match_fraction": sum(g["match"] for g in groups) / len(groups) if groups else None,
+    }
+
+
+def run_rates(run: Run, gpu: str | None = None) -> structural.Rates:
+    """The building-block rates of the run's GPU (or `gpu`); InputError when unknown or not calibrated."""
+    if gpu is None:
+        device = run_gpu(run)
+        if device is None:
+            raise InputError(f"run {run.name!r}: its GPU is not in the database; pass --gpu KEY")
+        gpu = device.key
+    return structural.load_rates(gpu)
+
+
+def predicted_ms(run: Run) -> dict[tuple, float]:
+    """{(kernel, batch, seq_len, heads, head_dim_qk, head_dim_v, mode, chunk): predicted ms} of the rows the
+    model covers; empty when the run's GPU has no building-block calibration."""
+    try:
+        rates = run_rates(run)
+    except InputError:
+        return {}
+    return {(*check.group, check.chunk): check.predicted_ms for check in check_rows(run, rates)}
+
+
+def check_run(run: Run, gpu: str | None = None) -> dict:
+    """`summary` of the run against the model, InputError when no row of it is modelled."""
+    rates = run_rates(run, gpu)
+    checks = check_rows(run, rates)
+    if not checks:
+        raise InputError(f"run {run.name!r} has no measured row of a kernel the model covers "
+                         "(tflabench.mlstm_*.xl_chunk|limit_chunk|fused_chunk|auto, "
+                         "mlstm_kernels.mlstm_*.xl_chunk)")
+    return {"run": run.name, "calibration": rates.source, **summary(checks)}

@@ -1,0 +1,110 @@
+"""CLI commands of the structural performance model: `predict` and `model-check` (both with --json)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tflabench.analysis import model_check, structural
+from tflabench.analysis.commands import JsonFlag, _console, _echo_json, _table
+from tflabench.analysis.run_data import load_run
+
+
+def register(app: typer.Typer) -> None:
+    app.command("predict")(predict)
+    app.command("model-check")(model_check_command)
+
+
+def predict(
+    gpu: Annotated[str, typer.Option(help="GPU key or alias with a building-block calibration.")] = "h100",
+    batch: Annotated[int, typer.Option(help="Batch size B.")] = 8,
+    seq_len: Annotated[int, typer.Option(help="Sequence length T.")] = 8192,
+    heads: Annotated[int, typer.Option(help="Number of heads H.")] = 16,
+    head_dim_qk: Annotated[int, typer.Option(help="Query/key head dimension Dqk.")] = 128,
+    head_dim_v: Annotated[int, typer.Option(help="Value head dimension Dv.")] = 256,
+    variant: Annotated[str, typer.Option(help="sig or exp.")] = "sig",
+    mode: Annotated[str, typer.Option(help="fwd or fwdbw.")] = "fwd",
+    reference: Annotated[bool, typer.Option(help="Also predict mlstm_kernels' xl_chunk.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Predicted time of our kernels per (algorithm, chunk size) from the GPU's calibration, and the best."""
+    problem = structural.Problem(batch, seq_len, heads, head_dim_qk, head_dim_v, variant=variant, mode=mode)
+    rates = structural.load_rates(gpu)
+    predictions = structural.predict_all(problem, rates)
+    references = structural.predict_all(problem, rates, ("reference",)) if reference else []
+    if as_json:
+        _echo_json({
+            "gpu": gpu,
+            "calibration": rates.source,
+            "problem": problem.__dict__,
+            "predictions": [_prediction_json(p) for p in predictions],
+            "best": _prediction_json(predictions[0]),
+            "reference": [_prediction_json(p) for p in references],
+        })
+        return
+    console = _console()
+    console.print(f"{problem.variant} {problem.mode}: B={batch}, T={seq_len}, H={heads}, "
+                  f"Dqk={head_dim_qk}, Dv={head_dim_v}; structural model, {rates.source}")
+    table = _table("Predicted time per (algorithm, chunk size), fastest first",
+                   ["algorithm", "L", "ms", "x best", "slowest launch"], left=("algorithm", "slowest launch"))
+    best = predictions[0].ms
+    for prediction in [*predictions, *references]:
+        slowest = max(prediction.launches, key=lambda launch: launch.seconds)
+        table.add_row(prediction.algorithm, str(prediction.chunk), f"{prediction.ms:.3f}",
+                      f"{prediction.ms / best:.2f}", f"{slowest.name} {slowest.seconds * 1e3:.3f} ms")
+    console.print(table)
+    console.print(f"predicted best: {predictions[0].algorithm} at L = {predictions[0].chunk} "
+                  f"({best:.3f} ms)")
+
+
+def _prediction_json(prediction: structural.Prediction) -> dict:
+    return {
+        "algorithm": prediction.algorithm,
+        "chunk_size": prediction.chunk,
+        "ms": prediction.ms,
+        "launches": [{"name": launch.name, "programs": launch.programs, "resident": launch.resident,
+                      "waves": launch.waves, "compute_ms": launch.compute_s * 1e3,
+                      "memory_ms": launch.memory_s * 1e3, "overhead_ms": launch.overhead_s * 1e3,
+                      "ms": launch.seconds * 1e3} for launch in prediction.launches],
+    }
+
+
+def model_check_command(
+    run: Annotated[str, typer.Argument(help="Run folder (results.csv, meta.json).")],
+    gpu: Annotated[str | None, typer.Option(help="GPU whose calibration to use (default: the run's).")] = (
+        None),
+    as_json: JsonFlag = False,
+) -> None:
+    """The structural model against a measured run: per row predicted / measured, per group the best."""
+    result = model_check.check_run(load_run(run), gpu)
+    if as_json:
+        _echo_json(result)
+        return
+    console = _console()
+    console.print(f"run {result['run']}: structural model, {result['calibration']}")
+    rows = _table("Predicted / measured per row", ["kernel", "shape", "mode", "L", "measured ms", "model ms",
+                                                     "ratio"], left=("kernel", "shape", "mode"))
+    for row in result["all"]["rows"]:
+        shape = row["shape"]
+        rows.add_row(row["kernel"], _shape_text(shape), shape["mode"], str(row["chunk_size"]),
+                     f"{row['measured_ms']:.3f}", f"{row['predicted_ms']:.3f}", f"{row['ratio']:.2f}")
+    console.print(rows)
+    kernels = _table("Per kernel", ["kernel", "rows", "median |err|", "max |err|", "best match"],
+                     left=("kernel",))
+    for kernel, stats in result["kernels"].items():
+        kernels.add_row(kernel, str(len(stats["rows"])), *_stats_cells(stats))
+    kernels.add_row("all", str(len(result["all"]["rows"])), *_stats_cells(result["all"]))
+    console.print(kernels)
+
+
+def _shape_text(shape: dict) -> str:
+    return (f"{shape['batch']}x{shape['seq_len']}, {shape['heads']}x"
+            f"{shape['head_dim_qk']}/{shape['head_dim_v']}")
+
+
+def _stats_cells(stats: dict) -> list[str]:
+    fraction = stats["best_match_fraction"]
+    groups = stats["groups"]
+    return [f"{stats['median_abs_error']:.3f}", f"{stats['max_abs_error']:.3f}",
+            "-" if fraction is None else f"{sum(g['match'] for g in groups)}/{len(groups)} ({fraction:.0%})"]

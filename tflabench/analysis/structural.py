@@ -1,0 +1,465 @@
+"""Structural performance model of the mLSTM kernels: per kernel launch, the work of one program (tl.dot
+FLOPs per tile shape, exp and multiply-add elements, loads and stores) and the number of programs, from the
+shape, the chunk size and the tiling the kernels really use (`xl_chunk.Tiling.default`,
+`fused_chunk.FusedTiling.default`), timed with the building-block rates of a calibration
+(`analysis.calibrate_blocks`). No parameter is fitted to kernel timings (docs/performance-model.md).
+
+Time of one launch with P programs on S SMs, r of them resident per SM (occupancy, `resident_programs`):
+
+    n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
+    compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate)
+    memory  = n * max(HBM bytes / hbm_rate(c), L2 bytes / l2_rate) + n * stored bytes / store_rate
+    time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
+
+with every rate the per-SM share (whole-GPU figure / S) and dot_rate, hbm_rate interpolated in c between
+the calibration's one-program-per-SM and full-grid figures. A pass is the sum of its launches.
+
+Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
+(the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk: the TFLA structure with its
+own tiles, fp32 states, one pipeline stage). Equations, occupancy rule and limits:
+docs/performance-model.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tflabench.errors import InputError
+
+ALGORITHMS = ("xl_chunk", "limit_chunk", "fused_chunk", "reference")
+VARIANTS = ("sig", "exp")
+MODES = ("fwd", "fwdbw")
+#: registers and threads of a Hopper SM, the most programs per SM; shared memory is the calibration's
+MAX_THREADS_PER_SM, MAX_PROGRAMS_PER_SM = 2048, 32
+#: rows of one Hopper warpgroup MMA: a tile product of fewer rows costs as many (a rule)
+MMA_ROWS = 64
+#: 32-bit registers per thread besides the fp32 accumulators (addresses, gates, loop state): a rule
+REGISTER_OVERHEAD = 40
+#: elementwise PyTorch launches of the backward's gate gradients (`launch.gate_grads`) and their passes
+#: over a [B*H, T] fp32 row
+GATE_GRAD_LAUNCHES, GATE_GRAD_ROW_PASSES = 12, 16
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One call: q, k [B, T, H, Dqk], v [B, T, H, Dv], element_bytes of the inputs (2: bf16)."""
+
+    batch: int
+    seq_len: int
+    heads: int
+    head_dim_qk: int
+    head_dim_v: int
+    variant: str = "sig"
+    mode: str = "fwd"
+    element_bytes: int = 2
+
+    def __post_init__(self):
+        for name in ("batch", "seq_len", "heads", "head_dim_qk", "head_dim_v", "element_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        if self.variant not in VARIANTS:
+            raise InputError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.mode not in MODES:
+            raise InputError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.head_dim_qk % 16 or self.head_dim_v % 16:
+            raise InputError(f"head dims must be multiples of 16, got {self.head_dim_qk}/{self.head_dim_v}")
+
+    @property
+    def rows(self) -> int:
+        """B * H."""
+        return self.batch * self.heads
+
+
+@dataclass
+class Launch:
+    """One kernel launch: `programs` programs, each doing `dots` ({(M, N, K): count}), `exp` and `fma`
+    fp32 elements, `l2_bytes` of loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores
+    `store_bytes` (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and
+    stage_bytes (shared memory of one pipeline stage) give its occupancy."""
+
+    name: str
+    programs: int
+    warps: int
+    stages: int
+    accumulator_elements: int
+    stage_bytes: int
+    dots: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    exp: float = 0.0
+    fma: float = 0.0
+    l2_bytes: float = 0.0
+    hbm_bytes: float = 0.0
+    store_bytes: float = 0.0
+    store_pattern: str = "token"
+
+    def dot(self, m: int, n: int, k: int, count: float) -> None:
+        self.dots[(m, n, k)] = self.dots.get((m, n, k), 0.0) + count
+
+    @property
+    def flops(self) -> float:
+        """tl.dot FLOPs of the whole launch."""
+        return self.programs * sum(2 * m * n * k * count for (m, n, k), count in self.dots.items())
+
+
+# ---------------------------------------------------------------------------------------------- rates
+@dataclass(frozen=True)
+class Rates:
+    """The calibration's building-block figures (whole GPU) and device limits."""
+
+    blocks: dict
+    source: str = "calibration"
+
+    @property
+    def sm_count(self) -> int:
+        return int(self.blocks["device"]["sm_count"])
+
+    def per_sm(self, full: float, one_per_sm: float, concurrency: float) -> float:
+        """Per-SM share of a rate, interpolated in the programs running at once on an SM between the
+        one-program-per-SM figure (1) and the full-grid one (`programs_per_sm` of the calibration)."""
+        full_at = float(self.blocks.get("programs_per_sm", 4))
+        weight = min(1.0, max(0.0, (concurrency - 1) / max(full_at - 1, 1e-9)))
+        return (one_per_sm + weight * (full - one_per_sm)) / self.sm_count
+
+    def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float) -> float:
+        """Per-SM FLOP/s of a [M, K] x [K, N] tile product: the calibrated shape nearest in log2 (M, N, K)
+        (the same warp count preferred)."""
+
+        def distance(dot: dict) -> tuple[float, int]:
+            gap = sum(abs(math.log2(dot[key] / size)) for key, size in zip("mnk", shape, strict=True))
+            return gap, dot["num_warps"] != warps
+
+        nearest = min(self.blocks["dot"], key=distance)
+        return self.per_sm(nearest["flops_per_s"], nearest["one_per_sm_flops_per_s"], concurrency)
+
+    def memory(self, name: str) -> float:
+        return float(self.blocks["memory"][f"{name}_bytes_per_s"])
+
+
+# ---------------------------------------------------------------------------------------------- occupancy
+def resident_programs(launch: Launch, rates: Rates) -> int:
+    """Programs of a launch resident on one SM at once (a rule, not a compiler report): limited by threads,
+    by 32-bit registers (fp32 accumulators spread over the threads plus `REGISTER_OVERHEAD` each, rounded
+    up to 8) and by shared memory (one operand tile set per pipeline stage, at least one)."""
+    device = rates.blocks["device"]
+    threads = 32 * launch.warps
+    registers = 8 * math.ceil((launch.accumulator_elements / threads + REGISTER_OVERHEAD) / 8)
+    by_registers = device["registers_per_sm"] // (min(registers, 255) * threads)
+    by_shared = device["shared_memory_per_sm"] // max(1, launch.stage_bytes * max(1, launch.stages))
+    return max(1, min(MAX_THREADS_PER_SM // threads, by_registers, by_shared, MAX_PROGRAMS_PER_SM))
+
+
+# ---------------------------------------------------------------------------------------------- time
+@dataclass(frozen=True)
+class LaunchTime:
+    """Predicted seconds of one launch and what they are made of."""
+
+    name: str
+    programs: int
+    resident: int
+    concurrency: int
+    waves: int
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+
+    @property
+    def seconds(self) -> float:
+        """Overheads, the larger of compute and memory, and the smaller one divided by the programs that
+        run at once on an SM (what one program waits for, the others hide)."""
+        hidden = min(self.compute_s, self.memory_s) / self.concurrency
+        return self.overhead_s + max(self.compute_s, self.memory_s) + hidden
+
+
+def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
+    """The launch's time on the calibrated GPU (module docstring)."""
+    sms = rates.sm_count
+    resident = resident_programs(launch, rates)
+    per_sm = math.ceil(launch.programs / sms)
+    concurrency = min(resident, per_sm)
+    dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
+                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, concurrency)
+                for (m, n, k), count in launch.dots.items())
+    pointwise = rates.blocks["pointwise"]
+    compute = per_sm * (dot_s + launch.exp * sms / pointwise["exp_elements_per_s"]
+                        + launch.fma * sms / pointwise["fma_elements_per_s"])
+    hbm_rate = rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
+    l2_rate = rates.memory("l2_read") / sms
+    loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
+    stores = launch.store_bytes / launch.programs * sms / rates.memory(f"{launch.store_pattern}_write")
+    memory = per_sm * (loads + stores)
+    overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
+    waves = math.ceil(launch.programs / (sms * resident))
+    return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead)
+
+
+# ---------------------------------------------------------------------------------------------- launches
+def _tfla_tiling(problem: Problem, chunk: int, algorithm: str):
+    """The tiling the kernels run: `Tiling.default` (limit=True for limit_chunk), or the reference's."""
+    from tflabench.kernels.mlstm.xl_chunk import Tiling
+
+    if algorithm == "reference":
+        return reference_tiling(problem, chunk)
+    return Tiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant,
+                          limit=algorithm == "limit_chunk")
+
+
+def reference_tiling(problem: Problem, chunk: int):
+    """mlstm_kernels' xl_chunk tiles as a `Tiling` (docs/performance-model.md#the-reference-kernel):
+    sub-chunks of min(128, L) in its recurrent kernels, 64-token tiles, head-dim blocks of
+    min(64, next_pow2(d)) (128 for the forward value block), one pipeline stage, 4 warps."""
+    from tflabench.kernels.mlstm.launch import next_pow2
+    from tflabench.kernels.mlstm.xl_chunk import Tiling
+
+    tile = min(64, chunk)
+    qk_block = min(64, next_pow2(problem.head_dim_qk))
+    v_block = min(64, next_pow2(problem.head_dim_v))
+    return Tiling(chunk=chunk, block_state=min(128, chunk), state_block_qk=qk_block, state_block_v=v_block,
+                  block_q=tile, block_kv=tile, block_qk=qk_block, block_v=v_block, num_stages=1,
+                  out_block_kv=tile, out_block_v=min(128, next_pow2(problem.head_dim_v)), out_num_stages=1,
+                  dv_block_v=v_block, dkdv_block_kv=tile)
+
+
+def _state_bytes(problem: Problem, algorithm: str) -> int:
+    """Bytes per materialized state element: fp32 in the reference, the input dtype in ours."""
+    return 4 if algorithm == "reference" else problem.element_bytes
+
+
+def _gate_launch(problem: Problem, chunk: int, block: int) -> Launch:
+    """`gate_cumsum_kernel`: log gates and their cumsum per chunk, [B*H, T] fp32 twice."""
+    chunks = problem.seq_len // chunk
+    launch = Launch("gate cumsum", chunks * problem.rows, 4, 1, block, 0)
+    launch.exp = 2 * chunk
+    launch.l2_bytes = 2 * chunk * problem.element_bytes
+    launch.hbm_bytes = 2 * problem.rows * problem.seq_len * problem.element_bytes
+    launch.store_bytes = 2 * problem.rows * problem.seq_len * 4
+    return launch
+
+
+def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int) -> Launch:
+    """`chunk_states_kernel` (k, v in; states out) or `chunk_state_grads_kernel` (q, dh in): grid
+    (Dqk/BK, Dv/BV, B*H), each program walking T in sub-chunks of BL with a [BK, BV] fp32 state tile."""
+    p, e = problem, problem.element_bytes
+    bk, bv, bl = tiling.state_block_qk, tiling.state_block_v, tiling.block_state
+    steps = p.seq_len // bl
+    programs = (p.head_dim_qk // bk) * (p.head_dim_v // bv) * p.rows
+    launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
+                    (bl * bk + bl * bv) * e)
+    launch.dot(bk, bv, bl, steps)
+    launch.exp = steps * bl
+    launch.fma = steps * (bk * bv + bl * bk)
+    launch.l2_bytes = steps * bl * (bk + bv) * e
+    launch.hbm_bytes = p.rows * p.seq_len * (p.head_dim_qk + p.head_dim_v) * e
+    chunks = p.seq_len // tiling.chunk
+    launch.store_bytes = p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes
+    launch.store_pattern = "state"
+    return launch
+
+
+def _mean_causal_tiles(chunk: int, outer_block: int, inner_block: int) -> float:
+    """Mean number of inner tiles up to (or from) the diagonal over the outer tiles of a chunk."""
+    outer_tiles = chunk // outer_block
+    return (outer_tiles + 1) / 2 * outer_block / inner_block
+
+
+def _output_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
+    """`chunk_outputs_kernel`: per chunk (Dv/BV) x (L/(BLQ Q_TILES)) programs, each Q_TILES query tiles:
+    Qbar C over Dqk/BK blocks, then the key/value tiles up to the diagonal."""
+    p, e, t = problem, problem.element_bytes, tiling
+    chunks = p.seq_len // t.chunk
+    qk_blocks = p.head_dim_qk // t.block_qk
+    programs = (p.head_dim_v // t.out_block_v) * (t.chunk // (t.block_q * t.out_q_tiles)) * chunks * p.rows
+    kv_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.out_block_kv) * t.out_q_tiles
+    launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
+                    (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e)
+    launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
+    launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles)
+    launch.dot(t.block_q, t.out_block_v, t.out_block_kv, kv_tiles)
+    exps_per_score = 2 if p.variant == "exp" else 1
+    launch.exp = kv_tiles * t.block_q * t.out_block_kv * exps_per_score
+    launch.fma = kv_tiles * t.block_q * (3 * t.out_block_kv + t.out_block_v)
+    launch.l2_bytes = (t.out_q_tiles * qk_blocks * t.block_q * t.block_qk * e
+                       + t.out_q_tiles * p.head_dim_qk * t.out_block_v * state_bytes
+                       + kv_tiles * t.out_block_kv * (p.head_dim_qk + t.out_block_v) * e
+                       + kv_tiles * (qk_blocks - 1) * t.block_q * t.block_qk * e)
+    launch.hbm_bytes = (p.rows * p.seq_len * (2 * p.head_dim_qk + p.head_dim_v) * e
+                        + p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes)
+    launch.store_bytes = p.rows * p.seq_len * p.head_dim_v * e
+    return launch
+
+
+def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> Launch:
+    """`chunk_dq_kernel`, `chunk_dk_kernel` or `chunk_dv_kernel`: per chunk (head-dim blocks of the
+    gradient) x (L / row tile) programs; the intra-chunk part over the tiles on one side of the diagonal,
+    the inter-chunk part over the other head dim in blocks."""
+    p, e, t = problem, problem.element_bytes, tiling
+    chunks = p.seq_len // t.chunk
+    if name == "dQ":
+        rows, out_block, out_dim = t.block_q, t.block_qk, p.head_dim_qk
+        loop_block, loop_dim = t.block_v, p.head_dim_v
+        partner_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.block_kv)
+        partner = t.block_kv
+    else:
+        rows, partner = t.block_kv, t.block_q
+        partner_tiles = _mean_causal_tiles(t.chunk, t.block_kv, t.block_q) * t.block_kv / t.block_q
+        if name == "dK":
+            out_block, out_dim, loop_block, loop_dim = t.block_qk, p.head_dim_qk, t.block_v, p.head_dim_v
+        else:
+            out_block, out_dim, loop_block, loop_dim = t.dv_block_v, p.head_dim_v, t.block_qk, p.head_dim_qk
+    loop_blocks = loop_dim // loop_block
+    programs = (out_dim // out_block) * (t.chunk // rows) * chunks * p.rows
+    launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
+                    (rows * loop_block + partner * loop_block + partner * out_block) * e)
+    launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks)
+    launch.dot(rows, out_block, partner, partner_tiles)
+    launch.dot(rows, out_block, loop_block, loop_blocks)
+    launch.exp = partner_tiles * rows * partner
+    launch.fma = partner_tiles * rows * partner * 3 + rows * out_block * 2
+    launch.l2_bytes = (partner_tiles * (loop_blocks * (rows + partner) * loop_block + partner * out_block) * e
+                       + loop_blocks * (rows * loop_block * e + out_block * loop_block * state_bytes))
+    launch.hbm_bytes = (p.rows * p.seq_len * (2 * p.head_dim_qk + 2 * p.head_dim_v) * e
+                        + p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes)
+    launch.store_bytes = p.rows * p.seq_len * out_dim * e + (p.rows * p.seq_len * 4 * out_dim // out_block
+                                                              if name != "dV" else 0)
+    return launch
+
+
+def _gate_gradient_launches(problem: Problem) -> list[Launch]:
+    """The PyTorch elementwise ops of `launch.gate_grads` (reverse cumsum, sigmoids, casts) as launches
+    that each stream [B*H, T] fp32 rows."""
+    row = problem.rows * problem.seq_len * 4
+    launches = []
+    for index in range(GATE_GRAD_LAUNCHES):
+        launch = Launch(f"gate grads {index}", max(1, row // 2**16), 4, 1, 1024, 0)
+        launch.hbm_bytes = launch.store_bytes = row * GATE_GRAD_ROW_PASSES / GATE_GRAD_LAUNCHES / 2
+        launch.l2_bytes = launch.hbm_bytes / launch.programs
+        launches.append(launch)
+    return launches
+
+
+def _fused_forward_launch(problem: Problem, chunk: int) -> Launch:
+    """`fused_forward_kernel`: (Dv/BV) x B*H programs walking the NC chunks with a [Dqk_p, BV] state."""
+    from tflabench.kernels.mlstm.fused_chunk import FusedTiling
+    from tflabench.kernels.mlstm.launch import next_pow2
+
+    p, e = problem, problem.element_bytes
+    tiling = FusedTiling.default(chunk, p.head_dim_qk, p.head_dim_v)
+    dqk, bv, chunks = next_pow2(p.head_dim_qk), tiling.block_v, p.seq_len // chunk
+    programs = (p.head_dim_v // bv) * p.rows
+    launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
+                    dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e)
+    launch.dot(chunk, chunk, dqk, chunks)
+    launch.dot(chunk, bv, dqk, chunks)
+    launch.dot(chunk, bv, chunk, chunks)
+    launch.dot(dqk, bv, chunk, chunks)
+    launch.exp = chunks * chunk * chunk * (2 if p.variant == "exp" else 1)
+    launch.fma = chunks * (chunk * chunk * 3 + dqk * bv + chunk * dqk)
+    launch.l2_bytes = chunks * chunk * (2 * dqk + bv) * e
+    launch.hbm_bytes = p.rows * p.seq_len * (2 * p.head_dim_qk + p.head_dim_v + 2) * e
+    launch.store_bytes = p.rows * p.seq_len * (p.head_dim_v * e + 8)
+    return launch
+
+
+def _tfla_backward(problem: Problem, tiling, state_bytes: int) -> list[Launch]:
+    """TFLA's backward (`xl_chunk._backward`, states recomputed): gate cumsums, state recurrence, dQ, state
+    gradients, dK, dV and the gate gradients."""
+    return [
+        _gate_launch(problem, tiling.chunk, tiling.block_state),
+        _recurrence_launch("states (recomputed)", problem, tiling, state_bytes),
+        _gradient_launch("dQ", problem, tiling, state_bytes),
+        _recurrence_launch("state gradients", problem, tiling, state_bytes),
+        _gradient_launch("dK", problem, tiling, state_bytes),
+        _gradient_launch("dV", problem, tiling, state_bytes),
+        *_gate_gradient_launches(problem),
+    ]
+
+
+def check_chunk(problem: Problem, algorithm: str, chunk: int) -> None:
+    """InputError unless the algorithm runs this chunk size at this shape."""
+    from tflabench.kernels.mlstm.launch import ONE_TILE_CHUNK_MAX
+
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if chunk < 16 or chunk & (chunk - 1) or problem.seq_len % chunk:
+        raise InputError(f"chunk size must be a power of two >= 16 dividing seq_len={problem.seq_len}, "
+                         f"got {chunk}")
+    limit = ONE_TILE_CHUNK_MAX.get(algorithm)
+    if limit is not None and chunk > limit:
+        raise InputError(f"{algorithm} runs chunk sizes <= {limit}, got {chunk}")
+    if algorithm == "reference" and problem.seq_len >= 128 and chunk % 64:
+        raise InputError(f"the reference runs chunk sizes that are multiples of 64, got {chunk}")
+
+
+def launches(problem: Problem, algorithm: str, chunk: int) -> list[Launch]:
+    """Every kernel launch of one call (forward, and with mode fwdbw the backward too)."""
+    check_chunk(problem, algorithm, chunk)
+    state_bytes = _state_bytes(problem, algorithm)
+    tiling = _tfla_tiling(problem, chunk, "xl_chunk" if algorithm == "fused_chunk" else algorithm)
+    if algorithm == "fused_chunk":
+        forward = [_fused_forward_launch(problem, chunk)]
+    else:
+        forward = [
+            _gate_launch(problem, chunk, tiling.block_state),
+            _recurrence_launch("states", problem, tiling, state_bytes),
+            _output_launch(problem, tiling, state_bytes),
+        ]
+    if problem.mode == "fwd":
+        return forward
+    return forward + _tfla_backward(problem, tiling, state_bytes)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted seconds of one (algorithm, chunk size) call, with its launches."""
+
+    algorithm: str
+    chunk: int
+    launches: tuple[LaunchTime, ...]
+
+    @property
+    def seconds(self) -> float:
+        return sum(launch.seconds for launch in self.launches)
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1e3
+
+
+def predict(problem: Problem, algorithm: str, chunk: int, rates: Rates) -> Prediction:
+    """The structural model's time of one call."""
+    return Prediction(algorithm, chunk, tuple(launch_time(launch, rates) for launch in launches(
+        problem, algorithm, chunk)))
+
+
+def runnable_chunks(problem: Problem, algorithm: str, candidates=(16, 32, 64, 128, 256, 512, 1024, 2048,
+                                                                   4096)) -> list[int]:
+    """The candidate chunk sizes the algorithm runs at this shape."""
+    runnable = []
+    for chunk in candidates:
+        try:
+            check_chunk(problem, algorithm, chunk)
+        except InputError:
+            continue
+        runnable.append(chunk)
+    return runnable
+
+
+def predict_all(problem: Problem, rates: Rates, algorithms=("xl_chunk", "fused_chunk")) -> list[Prediction]:
+    """Predictions of every runnable (algorithm, chunk size), fastest first."""
+    predictions = [predict(problem, algorithm, chunk, rates)
+                   for algorithm in algorithms for chunk in runnable_chunks(problem, algorithm)]
+    if not predictions:
+        raise InputError(f"no chunk size runs at seq_len={problem.seq_len}")
+    return sorted(predictions, key=lambda prediction: prediction.seconds)
+
+
+def load_rates(gpu_key: str) -> Rates:
+    """The building-block rates of a GPU's stored calibration; InputError when it has none."""
+    from tflabench.analysis import hardware
+
+    gpu = hardware.get_gpu(gpu_key)
+    blocks = hardware.load_calibration_blocks(gpu.key)
+    if blocks is None:
+        raise InputError(f"no building-block calibration for {gpu.key}: run `tflabench calibrate` on it "
+                         f"(results/calibration/{gpu.key}.json)")
+    return Rates(blocks, source=f"calibration {gpu.key}")
