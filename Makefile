@@ -31,11 +31,11 @@ demo: install
 # The README's plots and the side-by-side report, from the committed H200 results (no GPU needed).
 readme-plots:
 	$(PYTHON) scripts/tfla_json_to_run.py
-	$(PYTHON) -m tflabench plot results/tfla-vs-reference/run
-	$(PYTHON) -m tflabench report results/tfla-vs-reference/run
-	$(PYTHON) -m tflabench plot results/tfla-fig4 --kind runtime,roofline --format png --out results/readme-plots/tfla-fig4
-	$(PYTHON) -m tflabench plot results/tfla-fig5 --kind memory,model --format png --out results/readme-plots/tfla-fig5
-	$(PYTHON) -m tflabench plot results/tfla-headdim --kind headdim --format png --out results/readme-plots/tfla-headdim
+	$(PYTHON) -m tflabench plot results/h200/tfla-vs-reference/run
+	$(PYTHON) -m tflabench report results/h200/tfla-vs-reference/run
+	$(PYTHON) -m tflabench plot results/h200/tfla-fig4 --kind runtime,roofline --format png --out results/readme-plots/tfla-fig4
+	$(PYTHON) -m tflabench plot results/h200/tfla-fig5 --kind memory,model --format png --out results/readme-plots/tfla-fig5
+	$(PYTHON) -m tflabench plot results/h200/tfla-headdim --kind headdim --format png --out results/readme-plots/tfla-headdim
 
 lint:
 	$(PYTHON) -m ruff check tflabench tests
