@@ -7,7 +7,7 @@ matmul and copy ceilings for the Eq. 116 model fraction, and first checks every 
 the float64 chunkwise reference at a real size. mlstm_kernels' mLSTMexp xl_chunk aborts the Triton 3.6
 compiler on Hopper, so every reference configuration runs in a child process.
 
-Usage: python scripts/bench_tfla_vs_reference.py --out results/tfla-vs-reference [--chunks 64,128,256]
+Usage: python scripts/bench_tfla_vs_reference.py --out results/h200/tfla-vs-reference [--chunks 64,128,256]
        [--seq-len 65536 --tilings default,state-v64,state-32x64]  (Fig. 4's long end: B = 65536 / S)
        [--fig14-head-dim 256 --tilings default,out-s1 --reference-variants ""]  (Fig. 14 at d = 256)
 """
@@ -83,12 +83,13 @@ TILINGS = {
     "out-v256": dict(out_block_v=256),
     "out-v256-w8": dict(out_block_v=256, out_num_warps=8),
     # the backward's dV kernel over all of Dv = 256: K Q^T computed once per key tile, not twice (the
-    # default since session 5); dv-v128 is the default before it
+    # default since v5, results/perf-log.md); dv-v128 is the v4 default
     "dv-v256": dict(dv_block_v=256),
     "dv-v128": dict(dv_block_v=128),
     "out-dv-v256-w8": dict(out_block_v=256, out_num_warps=8, dv_block_v=256, num_warps=8),
     # three output programs per SM instead of two (scripts/kernel_resources.py: 64 KB shared, 168 registers
-    # against 112 KB / 210), with the backward's parallel kernels at one stage too (as measured in session 5)
+    # against 112 KB / 210), with the backward's parallel kernels at one stage too (measured slower,
+    # results/perf-log.md v5)
     "out-kv32-s1": dict(out_block_kv=32, num_stages=1, out_num_stages=1),
     # the output kernel's warps and tiles (scripts/kernel_resources.py at 128/256, L 128: default 4 warps
     # 112.5 KB / 210 registers; w8 112.5 KB / 156; v64 80.5 KB / 156; v64-w8 80.5 KB / 128; q128-kv64-w8
@@ -98,7 +99,8 @@ TILINGS = {
     "out-v64-w8": dict(out_block_v=64, out_num_warps=8),
     "out-q128-kv64-w8": dict(block_q=128, out_block_kv=64, out_num_warps=8),
     # both query tiles of an L = 128 chunk in one output program: its state tile read once, not twice
-    # (Nsight Compute, session 5: the output kernel runs L2 at 80 % of its throughput, DRAM at 50 %)
+    # (Nsight Compute, results/perf-log.md v5: the output kernel runs L2 at 80 % of its throughput, DRAM at
+    # 50 %)
     "out-q2": dict(out_q_tiles=2),
     "out-q1": dict(out_q_tiles=1),
     # Dqk = Dv = 256 (Fig. 14), L 128: the output kernel needs 192.5 KB of shared memory at 2 stages (one
@@ -153,7 +155,8 @@ def forward_breakdown(variant: str, chunk: int, tiling_name: str, inputs) -> dic
 
 
 #: largest relative difference of a candidate tiling's output or gradients from the default tiling's (bf16
-#: rounding in another order stays near 1e-3; Triton 3.6 miscompiles some tilings on Hopper, session 4)
+#: rounding in another order stays near 1e-3; Triton 3.6 miscompiles some tilings on Hopper,
+#: results/gpu-tests/2026-11-22-grid-miscompile-and-fix/README.md)
 AGREEMENT_BOUND = 1e-2
 
 
@@ -339,7 +342,7 @@ def model_ms(variant: str, chunk: int, ceil: dict, mode: str) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="results/tfla-vs-reference")
+    parser.add_argument("--out", default="results/h200/tfla-vs-reference")
     parser.add_argument("--chunks", default="64,128,256,512")
     parser.add_argument("--tilings", default="default", help=f"comma list of {', '.join(TILINGS)}")
     parser.add_argument("--variants", default="sig,exp")

@@ -23,7 +23,8 @@ between the processes:
 --repeat runs instead, after the isolated check, the kernel five times in one process (three calls on one
 set of inputs, two on another) with the error per (batch, head), in the shared cache, with
 TRITON_ALWAYS_COMPILE=1 and with CUDA_LAUNCH_BLOCKING=1; kernels of other packages (ours: the harness's
-check failed for them at the check size in session 4) run the harness's check three times instead.
+check failed for them at the check size before the fix in
+results/gpu-tests/2026-11-22-grid-miscompile-and-fix/README.md) run the harness's check three times instead.
 
 Each probe runs in its own child process; --shapes also repeats the direct check over operand dtype, gate
 dtype, head dims and sequence length.

@@ -7,7 +7,8 @@
 #   diagnose    scripts/diagnose_mlstm_kernels.py --repeat: mlstm_kernels' mLSTMexp kernels at the check size
 #   check-size, concurrent, memcheck, racecheck
 #               our kernels at the harness's check size (B2 T128 H2 Dqk64 Dv32 L64), where a Triton 3.6
-#               miscompile made them fail in session 4: the check three times per process, six isolated
+#               miscompile made them fail (results/gpu-tests/2026-11-22-grid-miscompile-and-fix): the check
+#               three times per process, six isolated
 #               checks at once, compute-sanitizer's memcheck and racecheck on the check
 #   adapters    pytest -m gpu tests/test_adapters_gpu.py: every adapter's bf16 reference check, at its check
 #               size and at its Fig. 4 configuration (two rounds of up to 4 minutes: a command of its own)

@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Which launch of our forward output kernel reads shared memory out of bounds? (GPU diagnostic)
 
-Session 4, H200, Triton 3.6: at the harness's check size (B 2, T 128, H 2, Dqk 64, Dv 32, L 64, bf16) our
+H200, Triton 3.6 (results/gpu-tests/2026-11-22-grid-miscompile-and-fix/README.md): at the harness's
+check size (B 2, T 128, H 2, Dqk 64, Dv 32, L 64, bf16) our
 mLSTMsig xl_chunk hit an illegal memory access and mLSTMexp limit_chunk gave wrong, changing outputs
 from t = 16 on; compute-sanitizer's memcheck put an out-of-bounds shared-memory read of 1024 bytes at the
-store of h in `chunk_outputs_kernel`. The same kernels passed this check in session 2, before the chunk
+store of h in `chunk_outputs_kernel`. The same kernels passed this check before the chunk
 programs moved onto a 1-D grid: since then, at Dv <= 128 (one value block) and L = block_q (one query
 block), the tile indices decode to compile-time zeros and the key/value loop gets a constant trip count.
 

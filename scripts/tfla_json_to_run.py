@@ -9,8 +9,8 @@ tilings; one tiling is kept per point (default ``state-bl128``: the benchmark's 
 (model FLOPs and bytes, TFLOP/s, roofline fractions, runtime models) come from
 `tflabench.bench.results.Derivation` with the ceilings the benchmark measured on its own GPU.
 
-Usage: python scripts/tfla_json_to_run.py [--source results/tfla-vs-reference/results.json]
-                                          [--dest results/tfla-vs-reference/run] [--tiling state-bl128]
+Usage: python scripts/tfla_json_to_run.py [--source results/h200/tfla-vs-reference/results.json]
+                                          [--dest results/h200/tfla-vs-reference/run] [--tiling state-bl128]
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def convert(source: Path, dest: Path, tiling: str) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", type=Path, default=Path("results/tfla-vs-reference/results.json"))
-    parser.add_argument("--dest", type=Path, default=Path("results/tfla-vs-reference/run"))
+    parser.add_argument("--source", type=Path, default=Path("results/h200/tfla-vs-reference/results.json"))
+    parser.add_argument("--dest", type=Path, default=Path("results/h200/tfla-vs-reference/run"))
     parser.add_argument("--tiling", default="state-bl128", help="tiling of our kernels to keep")
     args = parser.parse_args()
     print(f"wrote {convert(args.source, args.dest, args.tiling)}")

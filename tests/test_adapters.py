@@ -413,7 +413,8 @@ def test_the_check_takes_the_heads_head_dims_and_chunk_size_of_the_timed_point()
 
 def test_a_peer_wrong_at_one_chunk_size_fails_only_there():
     """mlstm_kernels' mLSTMsig xl_chunk on Triton 3.6 is wrong at L 64 with Dv 32 and right at L 128 with
-    Dv 256 (results/gpu-tests/session3): the gate checks the configuration that is timed."""
+    Dv 256 (results/gpu-tests/2026-11-22-mlstm-kernels-probes): the gate checks the configuration that is
+    timed."""
     from tflabench.bench.measure import ReferenceGate
 
     spec = _stand_in_spec(lambda output, chunk: output * 1.5 if chunk == 32 else output)

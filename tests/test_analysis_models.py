@@ -264,7 +264,7 @@ def test_power_attention_state_size_and_cost():
 
 def test_power_attention_in_its_attention_form_costs_causal_attention_matmuls():
     """retention runs degree 4 as quadratic attention: its cost is the attention matmuls, whatever the
-    degree (the chunked model gave a 'roofline fraction' of 275 on the H200, results/tfla-fig4)."""
+    degree (the chunked model gave a 'roofline fraction' of 275 on the H200, results/h200/tfla-fig4)."""
     shape = dict(batch=2, seq_len=8192, heads=4, head_dim_qk=64, head_dim_v=64)
     attention = kernel_cost("softmax_attention", **shape)
     for degree in (2, 4):

@@ -46,14 +46,14 @@ class KnownFailure:
 
 
 #: kernel -> its known defect (docs/reference/peers.md#known-failures; the H200 adapter GPU-test logs under
-#: results/gpu-tests/). The two at Dv 32 fit Triton's sm_90 defect with 32-wide dot blocks
-#: (triton-lang/triton #10573, #11366).
+#: results/gpu-tests/, results/gpu-tests/2026-11-22-mlstm-kernels-probes/README.md). The two at Dv 32 fit
+#: Triton's sm_90 defect with 32-wide dot blocks (triton-lang/triton #10573, #11366).
 KNOWN_FAILURES = {
     "mlstm_kernels.mlstm_exp.xl_chunk": KnownFailure(
         CRASHED, "", "aborts the Triton 3.6 compiler on Hopper (LLVM SLPVectorizer)"),
     "mlstm_kernels.mlstm_exp.limit_chunk": KnownFailure(
         ERROR, "illegal memory access", "at Dqk 64, Dv 32, L 64 an illegal memory access (Triton 3.6, H200; "
-        "wrong output in session 2); correct at its Fig. 4 configuration (Dqk 128, Dv 256, L 64)"),
+        "wrong output in an earlier run); correct at its Fig. 4 configuration (Dqk 128, Dv 256, L 64)"),
     "mlstm_kernels.mlstm_sig.xl_chunk": KnownFailure(
         FAILED, "not deterministic", "at Dv 32, L 64 two calls on the same inputs differ (Triton 3.6, H200); "
         "correct and deterministic at Dqk 128, Dv 256, L 128"),

@@ -103,7 +103,8 @@ def check_mapping(
     """Run ``mapping`` on fresh neutral inputs at ``point`` and compare its output [B, T, H, Dv] with the
     family's float64 reference of the same inputs; then once more on a fresh copy of the same inputs: two
     calls that differ by more than the tolerance fail the check as not deterministic (a race or a read of
-    uninitialized memory; mlstm_kernels' chunkwise kernels at Dv 32, L 64 on Triton 3.6, session 3)."""
+    uninitialized memory; mlstm_kernels' chunkwise kernels at Dv 32, L 64 on Triton 3.6,
+    results/gpu-tests/2026-11-22-mlstm-kernels-probes/README.md)."""
     neutral_values = make_neutral(point, device)
 
     def call() -> torch.Tensor:

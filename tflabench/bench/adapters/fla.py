@@ -133,8 +133,8 @@ def lightning_inputs(point: SweepPoint, device: torch.device) -> dict:
 
 
 #: Compile + autotune time of the first call on an H200 with Triton 3.6: chunk_gla fwd+bwd 316 s in
-#: results/tfla-fig4 (warmup_s; other first calls 30-47 s there, part of their compilation cached by a call
-#: cut off earlier); results/fig4-s8192 had no result within 120 s / 60 s;
+#: results/h200/tfla-fig4 (warmup_s; other first calls 30-47 s there, part of their compilation cached by a
+#: call cut off earlier); an earlier partial T = 8192 run had no result within 120 s / 60 s;
 #: docs/reference/peers.md#known-failures: > 200 s.
 FIRST_CALL_S = 300.0
 
