@@ -56,7 +56,15 @@ def test_sequence_without_a_power_of_two_divisor_takes_the_recurrent_form():
     assert picked.algorithm == "recurrent" and "T=24" in picked.reason
 
 
-def test_the_measured_table_decides_on_the_gpu_it_was_measured_on(monkeypatch):
+@pytest.fixture
+def uncached_choices():
+    """`choose` caches its answers: clear them around a test that replaces the table."""
+    choose.cache_clear()
+    yield
+    choose.cache_clear()
+
+
+def test_the_measured_table_decides_on_the_gpu_it_was_measured_on(monkeypatch, uncached_choices):
     row = dict(gpu="h100", variant="sig", mode="fwdbw", shape=vars(FIG4), algorithm="xl_chunk",
                chunk_size=256, median_ms=5.5)
     slower = dict(row, algorithm="fused_chunk", chunk_size=64, median_ms=6.0)
@@ -67,6 +75,13 @@ def test_the_measured_table_decides_on_the_gpu_it_was_measured_on(monkeypatch):
     assert choose(FIG4, gpu="NVIDIA H100 80GB HBM3", algorithm="fused_chunk").chunk_size == 64
     assert "rule" in choose(FIG4, gpu="NVIDIA H100", training=False).reason  # no forward rows
     assert "rule" in choose(FIG4, gpu="NVIDIA A100-SXM4-80GB").reason  # a GPU the table has not seen
+
+
+def test_choices_are_cached_per_shape_and_gpu(uncached_choices):
+    first = choose(FIG4, gpu="NVIDIA H100 80GB HBM3", training=True)
+    assert choose(FIG4, gpu="NVIDIA H100 80GB HBM3", training=True) is first
+    assert choose.cache_info().hits == 1
+    assert choose(FIG4, gpu="NVIDIA H200", training=True) is not first
 
 
 def test_the_shipped_table_is_well_formed():
