@@ -11,7 +11,15 @@ time is spent (the device library's METHOD.md: read the resource report first):
     python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --variant sig
     python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --set dv_block_v=256
 
-Shared memory per program must stay within the H100/H200's 227 KB; spills show as local memory.
+Shared memory per program must stay within the H100/H200's 227 KB; spills show as stack bytes, and the
+local-memory loads and stores (LDL/STL) inside each kernel's outermost loop as `loop_local_bytes` (bytes
+per thread per trip of that loop, read from the SASS).
+
+`--table` compiles the default tilings over the head dims and chunk sizes the structural performance model
+is checked and plotted at and writes them to `tflabench/analysis/compiled_resources.json` (a few minutes on
+two cores); the model reads registers, shared memory and loop spills from it (docs/performance-model.md):
+
+    python scripts/kernel_resources.py --table
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import contextlib
 import dataclasses
 import inspect
+import multiprocessing
 import os
 import re
 import subprocess
@@ -99,10 +108,33 @@ def resources(launch: Launch) -> dict:
         cubin.flush()
         usage = subprocess.run([cuobjdump, "--dump-resource-usage", cubin.name], capture_output=True,
                                text=True, check=True).stdout
+        sass = subprocess.run([cuobjdump, "-sass", cubin.name], capture_output=True, text=True,
+                              check=True).stdout
     fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     return {"kernel": launch.kernel.fn.__name__, "grid": launch.grid, **launch.options,
             "shared_kb": compiled.metadata.shared / 1024, "registers": int(fields.get("REG", 0)),
-            "local_bytes": int(fields.get("LOCAL", 0)), "stack_bytes": int(fields.get("STACK", 0))}
+            "local_bytes": int(fields.get("LOCAL", 0)), "stack_bytes": int(fields.get("STACK", 0)),
+            "loop_local_bytes": loop_local_bytes(sass)}
+
+
+def loop_local_bytes(sass: str) -> int:
+    """Bytes per thread that the local-memory loads and stores (LDL, STL: register spills) move in one trip
+    of the kernel's outermost loop: the widest range between a backward branch and its target."""
+    instructions = [(int(address, 16), text.split()) for address, text in
+                    re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    branch = re.compile(r"BRA(?:\.\w+)*\s+0x([0-9a-f]+)")
+    loops = [(int(target, 16), address) for address, words in instructions
+             for target in branch.findall(" ".join(words)) if int(target, 16) < address]
+    if not loops:
+        return 0
+    start, end = max(loops, key=lambda loop: loop[1] - loop[0])
+    moved = 0
+    for address, words in instructions:
+        opcode = words[1] if words and words[0].startswith("@") else (words[0] if words else "")
+        if start <= address <= end and opcode.split(".")[0] in ("LDL", "STL"):
+            width = re.search(r"\.(64|128)\b", opcode)
+            moved += int(width.group(1)) // 8 if width else 4
+    return moved
 
 
 def _launches(args: argparse.Namespace) -> list[Launch]:
@@ -142,6 +174,64 @@ def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
                               config)
 
 
+#: (Dqk, Dv) pairs and chunk sizes of the compiled-resources table: the tfla-grid and tfla-fig5 head dims,
+#: square ones for the L* over head dim plot; limit_chunk and larger chunks use the model's rule
+TABLE_HEAD_DIMS = ((64, 64), (128, 128), (128, 256), (256, 256), (256, 512), (512, 512))
+TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
+TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysis", "compiled_resources.json")
+
+
+def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int) -> dict:
+    """The default tiling of one configuration and, per kernel it launches (forward and backward), what
+    `resources` reports; the first launch of a kernel stands for its repeats."""
+    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[],
+                              algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
+                              limit=algorithm == "limit_chunk")
+    from tflabench.kernels.mlstm import fused_chunk, xl_chunk
+
+    if algorithm == "fused_chunk":
+        tiling = fused_chunk.FusedTiling.default(chunk, dqk, dv, variant=variant)
+    else:
+        tiling = xl_chunk.Tiling.default(chunk, dqk, dv, variant=variant, limit=algorithm == "limit_chunk")
+    kernels = {}
+    for launch in _launches(args):
+        row = resources(launch)
+        kernels.setdefault(row["kernel"], {
+            "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
+            "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
+            "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"]})
+    return {"tiling": dataclasses.asdict(tiling), "kernels": kernels}
+
+
+def _table_entry_or_none(*config) -> dict | None:
+    """`_table_entry`, or None (reported) for a tiling that does not compile."""
+    try:
+        entry = _table_entry(*config)
+    except Exception as error:  # noqa: BLE001 - a tiling that does not compile is left out of the table
+        print("{}/{}/{}x{}/L{}: not compiled".format(*config), f"({type(error).__name__}: {error})",
+              flush=True)
+        return None
+    print("{}/{}/{}x{}/L{}".format(*config), flush=True)
+    return entry
+
+
+def write_table(path: str = TABLE_PATH) -> None:
+    """Compile every (algorithm, variant, head dims, chunk size) of the table and write it as JSON."""
+    import json
+
+    configs = [(algorithm, variant, dqk, dv, chunk) for algorithm, chunks in TABLE_CHUNKS.items()
+               for variant in ("sig", "exp") for dqk, dv in TABLE_HEAD_DIMS for chunk in chunks]
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        compiled = pool.starmap(_table_entry_or_none, configs)
+    entries = {"{}/{}/{}x{}/L{}".format(*config): entry
+               for config, entry in zip(configs, compiled, strict=True) if entry is not None}
+    table = {"target": f"sm_{HOPPER.arch}", "triton": triton.__version__,
+             "command": "python scripts/kernel_resources.py --table", "entries": entries}
+    with open(path, "w") as file:
+        json.dump(table, file, indent=1, sort_keys=True)
+        file.write("\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dqk", type=int, default=128)
@@ -152,7 +242,13 @@ def main() -> None:
     parser.add_argument("--limit", action="store_true", help="limit_chunk's tiling (one tile per chunk)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="change a tiling field (repeatable), e.g. dv_block_v=256")
+    parser.add_argument("--table", action="store_true",
+                        help="write the compiled-resources table of the structural model (every default "
+                             "tiling of the table's head dims and chunk sizes) instead")
     args = parser.parse_args()
+    if args.table:
+        write_table()
+        return
     print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}")
     for launch in _launches(args):
         row = resources(launch)

@@ -158,3 +158,52 @@ def test_the_model_vs_measured_figure_draws_the_structural_model(tmp_path, monke
     labels = [text.get_text() for part in (figure, *figure.subfigs) for legend in part.legends
               for text in legend.get_texts()]
     assert any("structural model" in label for label in labels)
+
+
+def test_compiled_resources_set_occupancy_and_spills(rates):
+    """With the compiled table's registers the occupancy is the compiler's, and a spilling loop adds its
+    local-memory traffic per trip; a launch without compiled resources keeps the rule and spills nothing."""
+    launch = structural.Launch("fused", 1000, 8, 2, 64 * 64, 32 * 1024, kernel="k", loop_trips=10)
+    assert structural.spilled_bytes(launch) == 0
+    launch.compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800,
+                       "loop_local_bytes": 1000}
+    assert structural.resident_programs(launch, rates) == 1  # 255 registers x 256 threads
+    assert structural.spilled_bytes(launch) == 1000 * 256 * 10
+    spilling = structural.launch_time(launch, rates)
+    launch.compiled = dict(launch.compiled, stack_bytes=0, loop_local_bytes=0)
+    assert structural.launch_time(launch, rates).compute_s < spilling.compute_s
+
+
+def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypatch):
+    """A table entry whose tiling differs from today's default is stale: the model falls back to the rule."""
+    problem = structural.Problem(8, 8192, 16, 128, 256, variant="exp")
+    tiling = FusedTiling.default(64, 128, 256, variant="exp")
+    kernels = {"fused_forward_kernel": {"registers": 255, "shared_bytes": 1, "stack_bytes": 8,
+                                        "loop_local_bytes": 8}}
+    entry = {"tiling": tiling.__dict__.copy(), "kernels": kernels}
+    monkeypatch.setattr(structural, "_compiled_table", lambda: {"fused_chunk/exp/128x256/L64": entry})
+    assert structural.compiled_kernels(problem, "fused_chunk", 64) == kernels
+    assert structural.launches(problem, "fused_chunk", 64)[0].compiled == kernels["fused_forward_kernel"]
+    entry["tiling"]["num_warps"] = 2
+    assert structural.compiled_kernels(problem, "fused_chunk", 64) is None
+    assert structural.compiled_kernels(problem, "fused_chunk", 32) is None
+
+
+def test_the_shipped_table_matches_todays_tilings():
+    """Every entry of compiled_resources.json is for the tiling the kernels use now
+    (`python scripts/kernel_resources.py --table` regenerates it after a tiling change)."""
+    table = structural._compiled_table()
+    assert table
+    for key in table:
+        algorithm, variant, dims, chunk = key.split("/")
+        head_dim_qk, head_dim_v = map(int, dims.split("x"))
+        problem = structural.Problem(1, 4096, 1, head_dim_qk, head_dim_v, variant=variant)
+        assert structural.compiled_kernels(problem, algorithm, int(chunk[1:])) is not None, key
+
+
+def test_structural_optimal_chunks_per_head_dim():
+    from tflabench.analysis import plots
+
+    dims, best = plots.structural_optimal_chunks("h100-sxm", 1.0)
+    assert dims == list(plots.STRUCTURAL_HEAD_DIMS) and all(chunk >= 16 for chunk in best)
+    assert plots.structural_optimal_chunks("a100", 1.0) == ([], [])

@@ -108,6 +108,10 @@ LEGEND_LINE_INCHES = 0.18
 #: characters of the footnote font (7 pt monospace) per inch of figure width
 NOTE_CHARS_PER_INCH = 16
 LEGEND_TITLE = "kernel   heads×d_qk/d_v   chunk L"
+#: GPUs whose structural-model L* the optimal-chunk figure draws (keys of results/calibration/), and the head
+#: dims d_v it is computed at
+STRUCTURAL_GPUS = ("h100-sxm", "h200")
+STRUCTURAL_HEAD_DIMS = (64, 128, 256, 512, 1024)
 #: GPUs of the optimal-chunk figure (hardware DB names; the TFLA paper's set plus the H200).
 CHUNK_FIGURE_GPUS = ("v100", "a100", "h100", "h200", "b200")
 #: Reference roofs drawn on every roofline (Fig. 19), besides the run's own GPU.
@@ -577,8 +581,9 @@ def plot_optimal_chunk(run: Run) -> Figure:
     """Chunk size vs head dim d_v (log2 both), one panel per qk ratio p = d_qk/d_v (TFLA Figs. 21-22).
 
     Curves: runtime-optimal L* (Eq. 121, mLSTMsig forward, 4-byte states, F_c = 0.5) per GPU datasheet
-    and for the run's measured ceilings, the FLOP-optimal L (Eq. 111); points: measured optima of the
-    run's mLSTM chunk sweeps.
+    and for the run's measured ceilings, the FLOP-optimal L (Eq. 111), and per GPU with a building-block
+    calibration the structural model's best chunk size (`structural_optimal_chunks`, squares); points:
+    measured optima of the run's mLSTM chunk sweeps.
     """
     from tflabench.analysis import hardware, optimal_chunk
 
@@ -608,6 +613,11 @@ def plot_optimal_chunk(run: Run) -> Figure:
         ax.plot(
             head_dims, flop_optimal, color="#555555", ls=":", lw=2, label="FLOP-optimal (Eq. 111, any GPU)"
         )
+        for gpu_key, style in zip(STRUCTURAL_GPUS, ({"color": "#d62728"}, {"color": "#9467bd"}), strict=True):
+            dims, best = structural_optimal_chunks(gpu_key, ratio)
+            if dims:
+                ax.plot(dims, best, marker="s", ms=5, lw=1.6, drawstyle="steps-mid", **style,
+                        label=f"{gpu_key} structural model L* (xl_chunk fwd, calibration)")
         panel_optima = [o for o in optima if round(o.sweep.head_dim_qk / o.sweep.head_dim_v, 3) == ratio]
         for optimum, head_dim in zip(panel_optima, _dodged_head_dims(panel_optima), strict=True):
             sweep = optimum.sweep
@@ -631,6 +641,30 @@ def plot_optimal_chunk(run: Run) -> Figure:
     _shared_legend(panels, axes[0], "runtime-optimal L* (Eq. 121)")
     fig.suptitle("Optimal chunk size vs head dim — mLSTMsig forward, 4-byte states, F_c = 0.5")
     return fig
+
+
+def structural_optimal_chunks(gpu_key: str, ratio: float) -> tuple[list[int], list[int]]:
+    """(head dims d_v, the structural model's best chunk size of our mLSTMsig xl_chunk forward) at
+    d_qk = ratio * d_v for d_v in `STRUCTURAL_HEAD_DIMS` on a calibrated GPU: B = 8, T = 8192 and
+    4096 / d_v heads (an embedding of 4096, as the tfla-grid preset). Empty when the GPU has no
+    calibration."""
+    from tflabench.analysis import structural
+    from tflabench.errors import InputError
+
+    try:
+        rates = structural.load_rates(gpu_key)
+    except InputError:
+        return [], []
+    dims, best = [], []
+    for head_dim_v in STRUCTURAL_HEAD_DIMS:
+        head_dim_qk = int(ratio * head_dim_v)
+        if head_dim_qk < 16 or head_dim_qk % 16:
+            continue
+        problem = structural.Problem(8, 8192, max(1, 4096 // head_dim_v), head_dim_qk, head_dim_v)
+        fastest = structural.predict_all(problem, rates, ("xl_chunk",))[0]
+        dims.append(head_dim_v)
+        best.append(fastest.chunk)
+    return dims, best
 
 
 def _dodged_head_dims(optima: list[ChunkOptimum]) -> list[float]:

@@ -7,12 +7,15 @@ shape, the chunk size and the tiling the kernels really use (`xl_chunk.Tiling.de
 Time of one launch with P programs on S SMs, r of them resident per SM (occupancy, `resident_programs`):
 
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
-    compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate)
+    compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate
+                   + spilled bytes x (L2 share / l2_rate + HBM share / hbm_rate))
     memory  = n * max(HBM bytes / hbm_rate(c), L2 bytes / l2_rate) + n * stored bytes / store_rate
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
 
 with every rate the per-SM share (whole-GPU figure / S) and dot_rate, hbm_rate interpolated in c between
-the calibration's one-program-per-SM and full-grid figures. A pass is the sum of its launches.
+the calibration's one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
+(compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling, else a rule. A
+pass is the sum of its launches.
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
 (the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk: the TFLA structure with its
@@ -22,8 +25,12 @@ docs/performance-model.md.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tflabench.errors import InputError
 
@@ -36,6 +43,11 @@ MAX_THREADS_PER_SM, MAX_PROGRAMS_PER_SM = 2048, 32
 MMA_ROWS = 64
 #: 32-bit registers per thread besides the fp32 accumulators (addresses, gates, loop state): a rule
 REGISTER_OVERHEAD = 40
+#: registers per thread are allocated in multiples of 8 (256 per warp); the CUDA runtime reserves 1 KB of
+#: shared memory per resident program (Hopper tuning guide)
+REGISTER_UNIT, SHARED_RESERVED_BYTES = 8, 1024
+#: the table of compiled kernel resources shipped beside this module (`compiled_kernels`)
+COMPILED_RESOURCES = "compiled_resources.json"
 #: elementwise PyTorch launches of the backward's gate gradients (`launch.gate_grads`) and their passes
 #: over a [B*H, T] fp32 row
 GATE_GRAD_LAUNCHES, GATE_GRAD_ROW_PASSES = 12, 16
@@ -77,7 +89,10 @@ class Launch:
     """One kernel launch: `programs` programs, each doing `dots` ({(M, N, K): count}), `exp` and `fma`
     fp32 elements, `l2_bytes` of loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores
     `store_bytes` (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and
-    stage_bytes (shared memory of one pipeline stage) give its occupancy."""
+    stage_bytes (shared memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton
+    function) finds its compiled registers, shared memory and loop spills (`compiled`, from
+    compiled_resources.json) when the table has them, and `loop_trips` is the trips of its outermost loop
+    per program (what the spills of one trip are multiplied by)."""
 
     name: str
     programs: int
@@ -92,6 +107,9 @@ class Launch:
     hbm_bytes: float = 0.0
     store_bytes: float = 0.0
     store_pattern: str = "token"
+    kernel: str = ""
+    loop_trips: float = 1.0
+    compiled: dict | None = None
 
     def dot(self, m: int, n: int, k: int, count: float) -> None:
         self.dots[(m, n, k)] = self.dots.get((m, n, k), 0.0) + count
@@ -138,15 +156,43 @@ class Rates:
 
 # ---------------------------------------------------------------------------------------------- occupancy
 def resident_programs(launch: Launch, rates: Rates) -> int:
-    """Programs of a launch resident on one SM at once (a rule, not a compiler report): limited by threads,
-    by 32-bit registers (fp32 accumulators spread over the threads plus `REGISTER_OVERHEAD` each, rounded
-    up to 8) and by shared memory (one operand tile set per pipeline stage, at least one)."""
+    """Programs of a launch resident on one SM at once, limited by threads, 32-bit registers and shared
+    memory. With the launch's compiled resources (`launch.compiled`): the compiler's registers per thread
+    (allocated in units of `REGISTER_UNIT`) and shared bytes per program (plus the
+    `SHARED_RESERVED_BYTES` the runtime reserves per program). Without them, a rule: the fp32 accumulators
+    spread over the threads plus `REGISTER_OVERHEAD` each, and one operand tile set per pipeline stage."""
     device = rates.blocks["device"]
     threads = 32 * launch.warps
-    registers = 8 * math.ceil((launch.accumulator_elements / threads + REGISTER_OVERHEAD) / 8)
-    by_registers = device["registers_per_sm"] // (min(registers, 255) * threads)
-    by_shared = device["shared_memory_per_sm"] // max(1, launch.stage_bytes * max(1, launch.stages))
+    if launch.compiled is not None:
+        registers = launch.compiled["registers"]
+        shared = launch.compiled["shared_bytes"] + SHARED_RESERVED_BYTES
+    else:
+        registers = launch.accumulator_elements / threads + REGISTER_OVERHEAD
+        shared = max(1, launch.stage_bytes * max(1, launch.stages))
+    registers = min(REGISTER_UNIT * math.ceil(registers / REGISTER_UNIT), 255)
+    by_registers = device["registers_per_sm"] // (registers * threads)
+    by_shared = device["shared_memory_per_sm"] // shared
     return max(1, min(MAX_THREADS_PER_SM // threads, by_registers, by_shared, MAX_PROGRAMS_PER_SM))
+
+
+def spilled_bytes(launch: Launch) -> float:
+    """Local-memory bytes one program moves for its register spills: the compiled loads and stores of one
+    trip of its outermost loop (per thread) times its threads and trips; 0 without compiled resources."""
+    if launch.compiled is None:
+        return 0.0
+    return launch.compiled["loop_local_bytes"] * 32 * launch.warps * launch.loop_trips
+
+
+def _spill_seconds_per_byte(launch: Launch, rates: Rates, concurrency: int, hbm_rate: float,
+                            l2_rate: float) -> float:
+    """Per-SM seconds per spilled byte: the spill stacks of the programs running at once on all SMs
+    (stack bytes x threads x programs) hit L2 for the share of them that fits in it, the rest goes to HBM."""
+    if launch.compiled is None or not launch.compiled["stack_bytes"]:
+        return 0.0
+    running = min(launch.programs, concurrency * rates.sm_count)
+    footprint = launch.compiled["stack_bytes"] * 32 * launch.warps * running
+    hit = min(1.0, rates.blocks["device"]["l2_bytes"] / footprint)
+    return hit / l2_rate + (1 - hit) / hbm_rate
 
 
 # ---------------------------------------------------------------------------------------------- time
@@ -185,6 +231,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
                         + launch.fma * sms / pointwise["fma_elements_per_s"])
     hbm_rate = rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
     l2_rate = rates.memory("l2_read") / sms
+    compute += per_sm * spilled_bytes(launch) * _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate,
+                                                                        l2_rate)
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
     stores = launch.store_bytes / launch.programs * sms / rates.memory(f"{launch.store_pattern}_write")
     memory = per_sm * (loads + stores)
@@ -228,7 +276,7 @@ def _state_bytes(problem: Problem, algorithm: str) -> int:
 def _gate_launch(problem: Problem, chunk: int, block: int) -> Launch:
     """`gate_cumsum_kernel`: log gates and their cumsum per chunk, [B*H, T] fp32 twice."""
     chunks = problem.seq_len // chunk
-    launch = Launch("gate cumsum", chunks * problem.rows, 4, 1, block, 0)
+    launch = Launch("gate cumsum", chunks * problem.rows, 4, 1, block, 0, kernel="gate_cumsum_kernel")
     launch.exp = 2 * chunk
     launch.l2_bytes = 2 * chunk * problem.element_bytes
     launch.hbm_bytes = 2 * problem.rows * problem.seq_len * problem.element_bytes
@@ -243,8 +291,9 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int) ->
     bk, bv, bl = tiling.state_block_qk, tiling.state_block_v, tiling.block_state
     steps = p.seq_len // bl
     programs = (p.head_dim_qk // bk) * (p.head_dim_v // bv) * p.rows
+    kernel = "chunk_states_kernel" if name.startswith("states") else "chunk_state_grads_kernel"
     launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
-                    (bl * bk + bl * bv) * e)
+                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps)
     launch.dot(bk, bv, bl, steps)
     launch.exp = steps * bl
     launch.fma = steps * (bk * bv + bl * bk)
@@ -271,7 +320,8 @@ def _output_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
     programs = (p.head_dim_v // t.out_block_v) * (t.chunk // (t.block_q * t.out_q_tiles)) * chunks * p.rows
     kv_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.out_block_kv) * t.out_q_tiles
     launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
-                    (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e)
+                    (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
+                    kernel="chunk_outputs_kernel")
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles)
     launch.dot(t.block_q, t.out_block_v, t.out_block_kv, kv_tiles)
@@ -309,7 +359,8 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
     loop_blocks = loop_dim // loop_block
     programs = (out_dim // out_block) * (t.chunk // rows) * chunks * p.rows
     launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
-                    (rows * loop_block + partner * loop_block + partner * out_block) * e)
+                    (rows * loop_block + partner * loop_block + partner * out_block) * e,
+                    kernel=f"chunk_{name.lower()}_kernel")
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks)
     launch.dot(rows, out_block, partner, partner_tiles)
     launch.dot(rows, out_block, loop_block, loop_blocks)
@@ -343,11 +394,12 @@ def _fused_forward_launch(problem: Problem, chunk: int) -> Launch:
     from tflabench.kernels.mlstm.launch import next_pow2
 
     p, e = problem, problem.element_bytes
-    tiling = FusedTiling.default(chunk, p.head_dim_qk, p.head_dim_v)
+    tiling = FusedTiling.default(chunk, p.head_dim_qk, p.head_dim_v, variant=p.variant)
     dqk, bv, chunks = next_pow2(p.head_dim_qk), tiling.block_v, p.seq_len // chunk
     programs = (p.head_dim_v // bv) * p.rows
     launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
-                    dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e)
+                    dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e,
+                    kernel="fused_forward_kernel", loop_trips=chunks)
     launch.dot(chunk, chunk, dqk, chunks)
     launch.dot(chunk, bv, dqk, chunks)
     launch.dot(chunk, bv, chunk, chunks)
@@ -403,9 +455,42 @@ def launches(problem: Problem, algorithm: str, chunk: int) -> list[Launch]:
             _recurrence_launch("states", problem, tiling, state_bytes),
             _output_launch(problem, tiling, state_bytes),
         ]
-    if problem.mode == "fwd":
-        return forward
-    return forward + _tfla_backward(problem, tiling, state_bytes)
+    backward = _tfla_backward(problem, tiling, state_bytes) if problem.mode == "fwdbw" else []
+    if algorithm != "reference":
+        _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk))
+        _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk))
+    return forward + backward
+
+
+def _attach_compiled(launch_list: list[Launch], kernels: dict | None) -> None:
+    """Set each launch's compiled resources from a table entry's kernels (launches of kernels the entry
+    lacks, such as the PyTorch gate-gradient ops, keep the rule)."""
+    for launch in launch_list:
+        launch.compiled = (kernels or {}).get(launch.kernel)
+
+
+@functools.cache
+def _compiled_table() -> dict:
+    """compiled_resources.json beside this module ({} when absent)."""
+    path = Path(__file__).with_name(COMPILED_RESOURCES)
+    return json.loads(path.read_text())["entries"] if path.exists() else {}
+
+
+def compiled_kernels(problem: Problem, algorithm: str, chunk: int) -> dict | None:
+    """{Triton kernel name: registers, shared_bytes, stack_bytes, loop_local_bytes, ...} of our algorithm's
+    default tiling at this shape compiled for sm_90 (`scripts/kernel_resources.py --table`), or None when
+    the table has no entry or its tiling is not the one the kernels would use now (a stale entry)."""
+    from tflabench.kernels.mlstm.fused_chunk import FusedTiling
+
+    entry = _compiled_table().get(f"{algorithm}/{problem.variant}/{problem.head_dim_qk}x{problem.head_dim_v}"
+                                  f"/L{chunk}")
+    if entry is None:
+        return None
+    if algorithm == "fused_chunk":
+        tiling = FusedTiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant)
+    else:
+        tiling = _tfla_tiling(problem, chunk, algorithm)
+    return entry["kernels"] if entry["tiling"] == dataclasses.asdict(tiling) else None
 
 
 @dataclass(frozen=True)
