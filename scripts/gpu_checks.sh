@@ -13,8 +13,8 @@
 #   adapters    pytest -m gpu tests/test_adapters_gpu.py: every adapter's bf16 reference check, at its check
 #               size and at its Fig. 4 configuration (two rounds of up to 4 minutes: a command of its own)
 #   bench, bench-long
-#               scripts/bench_tfla_vs_reference.py: tiling candidates at T = 8192 and 65,536 (our kernels'
-#               correctness is the kernels step)
+#               scripts/bench_tfla_vs_reference.py: tiling candidates at T = 8192 (the float64 gate at the
+#               timed size) and 65,536 (our mLSTMsig kernel, the gate at its small size)
 #   profile     Nsight Compute on our forward's state and output kernels at T = 8192 (sig and exp, default
 #               tiling; sig with one query tile per output program): speed of light, memory, occupancy, stalls
 #
@@ -55,12 +55,11 @@ for tool in memcheck racecheck; do
 done
 TFLABENCH_GPU_CHECK_DEADLINE_S=240 step adapters 560 \
     python3 -m pytest -m gpu tests/test_adapters_gpu.py -rA -q -p no:cacheprovider
-step bench 240 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s8192" --chunks 128 \
-    --variants sig,exp --tilings default,out-q1 \
-    --reference-variants sig --reference-chunks 128 --skip-check
-step bench-long 90 python3 scripts/bench_tfla_vs_reference.py --out "$work/bench-s65536" --seq-len 65536 \
-    --chunks 128 --variants sig --tilings default,state-v64,state-32x64,state-s2 --reference-chunks 128 \
-    --skip-check
+step bench 240 python3 scripts/bench_tfla_vs_reference.py --out "$work" --run-name bench-s8192 \
+    --chunk-size 128 --tilings default,out-q1
+step bench-long 90 python3 scripts/bench_tfla_vs_reference.py --out "$work" --run-name bench-s65536 \
+    --seq-len 65536 --chunk-size 128 --tilings default,state-v64,state-32x64,state-s2 --check-at small \
+    --kernels tflabench.mlstm_sig.xl_chunk
 ncu_forwards() {  # the second forward call's state and output kernels (the first call compiles)
     for profile in sig:default exp:default sig:out-q1; do
         ncu --clock-control none --kernel-name regex:chunk_ --launch-skip 2 --launch-count 2 \

@@ -1,5 +1,6 @@
-"""Convert the side-by-side GPU benchmark (scripts/bench_tfla_vs_reference.py's results.json) into a
-harness run directory, so that `tflabench plot` and `tflabench report` draw it like a sweep.
+"""Convert the committed side-by-side GPU benchmark (results/h200/tfla-vs-reference/results.json, written by
+the earlier, stand-alone form of scripts/bench_tfla_vs_reference.py, which now runs `tflabench sweep`) into
+a harness run directory, so that `tflabench plot` and `tflabench report` draw it like a sweep.
 
 Writes ``<dest>/results.csv`` (the columns of `tflabench.schema.COLUMNS`, one row per kernel x chunk
 size x mode) and ``<dest>/meta.json`` (the benchmark's provenance). Kernel names become the registry's

@@ -44,7 +44,10 @@ def resolved_state_bytes(recorded: int | float | str, dtype: str) -> int | float
 class SweepPoint:
     """One measurement point. Layout-neutral: adapters map it to their peer's layout.
 
-    chunk_size is None for kernels without a chunk parameter (softmax attention).
+    chunk_size is None for kernels without a chunk parameter (softmax attention). tiling: the kernel's
+    tiling variant for kernels with a tiling parameter (our xl_chunk and fused_chunk kernels,
+    `tflabench.kernels.mlstm.tilings`), None for the kernel's own choice; results.csv records it in the
+    row's params.
     """
 
     batch: int
@@ -55,10 +58,12 @@ class SweepPoint:
     chunk_size: int | None
     dtype: str = "bfloat16"
     mode: str = "fwd"
+    tiling: str | None = None
 
     def key(self) -> str:
-        """Stable string used for resume bookkeeping."""
-        return (
+        """Stable string used for resume bookkeeping (the tiling appended when there is one)."""
+        key = (
             f"B{self.batch}-T{self.seq_len}-H{self.heads}-dqk{self.head_dim_qk}-dv{self.head_dim_v}"
             f"-L{self.chunk_size}-{self.dtype}-{self.mode}"
         )
+        return key if self.tiling is None else f"{key}-tiling[{self.tiling}]"

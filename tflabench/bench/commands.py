@@ -86,9 +86,16 @@ def sweep(
     chunk_size: Annotated[str | None, typer.Option(help=f"Chunk sizes: {_AXIS_HELP}.")] = None,
     dtype: Annotated[str | None, typer.Option(help="bfloat16, float16, float32 (comma list).")] = None,
     mode: Annotated[str | None, typer.Option(help="fwd, fwdbw (comma list).")] = None,
+    tiling: Annotated[list[str] | None, typer.Option(
+        help="Tiling variant of our xl_chunk / fused_chunk kernels, repeatable: default, a named tiling "
+             "(out-q2, dv-v256, ...) or field overrides FIELD=VALUE,... (docs/sweep-toml.md#tilings).")
+    ] = None,
     warmup: Annotated[int | None, typer.Option(help="Untimed calls per point (compile/autotune).")] = None,
     repeats: Annotated[int | None, typer.Option(help="Timed calls per point (median, IQR).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds per point, warm-up included.")] = None,
+    check_at: Annotated[str | None, typer.Option(
+        help="Size of the float64 correctness gate: small (each configuration at a small batch and "
+             "length) or full (at the timed size).")] = None,
     run_name: Annotated[str | None, typer.Option(help="Run directory name (default: preset + time).")] = None,
     out: Annotated[Path, typer.Option(help="Parent directory of the run directories.")] = Path("results"),
     resume: Annotated[bool, typer.Option(
@@ -117,8 +124,9 @@ def sweep(
     """Benchmark kernels over a sweep: runtime (median, IQR), peak memory, roofline columns."""
     flags = {"kernels": kernels, "seq_len": seq_len, "tokens": tokens, "batch": batch, "heads": heads,
              "embedding_dim": embedding_dim, "head_dim_qk": head_dim_qk, "qk_ratio": qk_ratio,
-             "head_dim_v": head_dim_v, "chunk_size": chunk_size, "dtype": dtype, "mode": mode}
-    measure = {"warmup": warmup, "repeats": repeats, "timeout": timeout}
+             "head_dim_v": head_dim_v, "chunk_size": chunk_size, "dtype": dtype, "mode": mode,
+             "tilings": tiling or None}
+    measure = {"warmup": warmup, "repeats": repeats, "timeout": timeout, "check_at": check_at}
     target = RunTarget(out, run_name or f"{preset or 'sweep'}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
                        named=run_name is not None, resume=resume)
     plan = plan_sweep(build_spec(preset, config, _given(flags), _given(measure)), target, retry=retry,

@@ -194,7 +194,7 @@ def run_sweep(spec: SweepSpec, jobs: list[Job], run_dir: Path, *, modules: tuple
     work = pending_work(jobs, read_rows(run_dir / RESULTS_FILE), scheduler.targets)
     pending = sum(len(group) for _, group in work)
     deadline = None if budget_s is None else time.time() + budget_s
-    settings = GroupSettings(spec.warmup, spec.repeats, spec.timeout_s, modules, deadline)
+    settings = GroupSettings(spec.warmup, spec.repeats, spec.timeout_s, modules, deadline, spec.check_at)
     with ResultsWriter(run_dir / RESULTS_FILE) as writer, _progress() as progress:
         task = progress.add_task("starting", total=pending)
         recorder = Recorder(run_dir, writer, meta, lambda: progress.advance(task))

@@ -53,14 +53,16 @@ def model_matches(model: str, gpu_name: str) -> bool:
 
 @dataclass(frozen=True)
 class GroupSettings:
-    """What measuring a group needs from the sweep: worker settings, kernel modules and the budget's end
-    (``deadline``, seconds since the epoch, so that it means the same on every node; None: no budget)."""
+    """What measuring a group needs from the sweep: worker settings, kernel modules, the budget's end
+    (``deadline``, seconds since the epoch, so that it means the same on every node; None: no budget) and
+    the size of the correctness gate (``check_at``, `tflabench.bench.measure.ReferenceGate`)."""
 
     warmup: int
     repeats: int
     timeout_s: float
     modules: tuple[str, ...] = ()
     deadline: float | None = None
+    check_at: str = "small"
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.time() > self.deadline
@@ -90,7 +92,7 @@ def measure_group(kernel_name: str, first_call_s: float, points: list[SweepPoint
     yield from measure_kernel_points(
         kernel_name, _points_in_budget(points, settings, on_start), device=device,
         timeout_s=settings.timeout_s + first_call_s, warmup=settings.warmup, repeats=settings.repeats,
-        modules=settings.modules, log_path=log_path, env=env)
+        modules=settings.modules, log_path=log_path, env=env, check_at=settings.check_at)
 
 
 def _points_in_budget(points: Iterable[SweepPoint], settings: GroupSettings,

@@ -4,8 +4,8 @@ Order per point (docs/reference/paper-numbers.md#measurement-method, avoiding th
 of docs/reference/peers.md#pitfalls-of-the-reference-harness):
 
 1. correctness gate: ``spec.reference_check`` once per worker and configuration (dtype, heads, head dims,
-   chunk size) at a small batch and length; a failed check ends the point with status ``failed_check``
-   and nothing is timed;
+   chunk size, tiling) at a small batch and length, or with check size "full" at the point's own size;
+   a failed check ends the point with status ``failed_check`` and nothing is timed;
 2. fresh random inputs from ``spec.make_inputs``;
 3. warm-up calls (compile and autotune happen here), their wall time recorded as ``warmup_s``;
 4. timed calls: on CUDA one pair of CUDA events per call, a 256 MB buffer zeroed before each call to
@@ -175,19 +175,29 @@ def peak_memory_mib(step: KernelStep) -> float:
 
 
 class ReferenceGate:
-    """Runs each kernel's reference check once per configuration (dtype, heads, head dims, chunk size) and
-    remembers the outcome: every configuration that is timed has been checked (a peer can be right at one
-    chunk size and head dim and wrong at another)."""
+    """Runs each kernel's reference check once per configuration (dtype, heads, head dims, chunk size,
+    tiling) and remembers the outcome: every configuration that is timed has been checked (a peer can be
+    right at one chunk size and head dim and wrong at another).
 
-    def __init__(self, device: str) -> None:
+    check_at: "small" checks each configuration at the kernel's small check size; "full" at the size of
+    the point, once per batch and length too (a peer can be wrong at the small size only, or at the timed
+    size only; the float64 reference then needs the memory and time of the full size)."""
+
+    def __init__(self, device: str, check_at: str = "small") -> None:
         self._device = device
+        self._full_size = check_at == "full"
         self._results: dict[tuple, CheckResult] = {}
 
     def check(self, spec: KernelSpec, point: SweepPoint) -> CheckResult:
         dtype = check_dtype(self._device, point.dtype)
-        key = (spec.name, dtype, point.heads, point.head_dim_qk, point.head_dim_v, point.chunk_size)
+        key = (spec.name, dtype, point.heads, point.head_dim_qk, point.head_dim_v, point.chunk_size,
+               point.tiling)
+        if self._full_size:
+            key += (point.batch, point.seq_len)
         if key not in self._results:
-            self._results[key] = spec.reference_check(torch_device(self._device), dtype, point)
+            device = torch_device(self._device)
+            full = {"full_size": True} if self._full_size else {}
+            self._results[key] = spec.reference_check(device, dtype, point, **full)
         return self._results[key]
 
 

@@ -45,15 +45,18 @@ class KernelSpec:
         family: one of FAMILIES.
         package: distribution name whose version is recorded (None for torch built-ins / our own).
         uses_chunk_size: whether the sweep's chunk_size axis applies.
+        uses_tiling: whether the sweep's tilings apply (the point's ``tiling``; ``unsupported`` rejects a
+            tiling that does not fit the point and raises `InputError` for one the kernel does not know).
         availability: () -> Availability (package importable, GPU present, ...). Must not raise.
         unsupported: (point) -> reason string if the point cannot run (head dim, divisibility), else None.
         make_inputs: (point, device) -> dict of tensors/args; fresh random (never zeros); tensors that need
             gradients have requires_grad set when point.mode == "fwdbw".
         run: (inputs) -> output tensor (or tuple whose first element is the output); the harness calls
             backward on it for mode fwdbw.
-        reference_check: (device, dtype, configuration=None) -> CheckResult at a small size against the
-            family's float64 reference; given a sweep point (``configuration``), at that point's heads,
-            head dims and chunk size (the configuration that is timed) with a small batch and length.
+        reference_check: (device, dtype, configuration=None, full_size=False) -> CheckResult at a small
+            size against the family's float64 reference; given a sweep point (``configuration``), at that
+            point's heads, head dims, chunk size and tiling (the configuration that is timed) with a small
+            batch and length, or with ``full_size`` at the point's own size.
         params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
         point_params: (point, device) -> parameters decided per point on the measuring device (the choice
             of a kernel that picks its algorithm by itself, with the reason), added to the row's params.
@@ -73,6 +76,7 @@ class KernelSpec:
     run: Callable[[dict], Any]
     reference_check: Callable[..., CheckResult]
     params: dict = field(default_factory=dict)
+    uses_tiling: bool = False
     point_params: Callable[[SweepPoint, Any], dict] | None = None
     modes: tuple[str, ...] = MODES
     mode_reasons: dict = field(default_factory=dict)

@@ -119,12 +119,18 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 
 def point_from_row(row: dict[str, str]) -> SweepPoint:
+    """The sweep point of a row (its tiling from the row's params)."""
     return SweepPoint(
         batch=int(row["batch"]), seq_len=int(row["seq_len"]), heads=int(row["heads"]),
         head_dim_qk=int(row["head_dim_qk"]), head_dim_v=int(row["head_dim_v"]),
         chunk_size=int(row["chunk_size"]) if row["chunk_size"] else None,
-        dtype=row["dtype"], mode=row["mode"],
+        dtype=row["dtype"], mode=row["mode"], tiling=row_params(row).get("tiling"),
     )
+
+
+def row_params(row: dict[str, str]) -> dict[str, Any]:
+    """A row's params column as a dict (empty when the column is)."""
+    return json.loads(row["params"]) if row.get("params") else {}
 
 
 def finished_keys(path: Path) -> set[tuple[str, str]]:
@@ -140,13 +146,18 @@ def row_statuses(path: Path) -> dict[tuple[str, str], str]:
 def make_row(*, run: str, kernel: KernelSpec, version: str | None, point: SweepPoint, device: str, gpu: str,
              measured: dict[str, Any], derived: dict[str, Any]) -> dict[str, Any]:
     """One results-table row: identity, point, measured and derived columns (the reason on one line);
-    params: the kernel's, with those the measurement decided for this point (``measured["point_params"]``)."""
+    params: the kernel's, with those the measurement decided for this point (``measured["point_params"]``)
+    and the point's tiling, if it has one."""
     measured = dict(measured)
     params = {**kernel.params, **measured.pop("point_params", {})}
+    columns = asdict(point)
+    tiling = columns.pop("tiling")
+    if tiling is not None:
+        params["tiling"] = tiling
     return {
         "run": run, "kernel": kernel.name, "family": kernel.family, "version": version,
         "device": device, "gpu": gpu,
-        **asdict(point),
+        **columns,
         **measured, **derived,
         "reason": " ".join(str(measured.get("reason") or "").split()),
         "params": json.dumps(params, sort_keys=True, default=str) if params else "",
@@ -366,5 +377,7 @@ def rankings(rows: list[dict[str, str]]) -> dict[RankKey, list[tuple[float, str,
         label = f"{point.heads}x{point.head_dim_qk}/{point.head_dim_v}"
         if point.chunk_size:
             label += f" L{point.chunk_size}"
+        if point.tiling:
+            label += f" tiling {point.tiling}"
         groups[key].append((float(row["time_ms"]), row["kernel"], label))
     return {key: sorted(entries) for key, entries in sorted(groups.items())}

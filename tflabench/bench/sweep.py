@@ -24,11 +24,13 @@ The TOML format (docs/sweep-toml.md; every list axis also accepts a single value
     chunk_size = [128]
     dtype = ["bfloat16"]
     mode = ["fwd", "fwdbw"]
+    tilings = ["default", "out-q2"]  # tiling variants of the kernels with a tiling parameter
 
     [measure]
     warmup = 10                      # untimed iterations (compile and autotune happen here)
     repeats = 30                     # timed iterations (median and IQR)
     timeout = 300                    # seconds per point, warm-up included
+    check_at = "small"               # the correctness gate's size: "small" or "full" (the timed point)
 
     [override.softmax_attention]     # a family name or a kernel-name glob; later tables win
     head_dim_v = 128
@@ -60,8 +62,13 @@ _INT_LIST_AXES = ("seq_len", "batch", "heads", "head_dim_qk", "head_dim_v", "chu
 _INT_AXES = ("tokens", "embedding_dim")
 #: the axes that (heads, head_dim_qk, head_dim_v) triples in ``head_configs`` replace
 _HEAD_AXES = ("heads", "embedding_dim", "head_dim_qk", "qk_ratio", "head_dim_v")
-_SWEEP_KEYS = ("kernels", *_INT_LIST_AXES, *_INT_AXES, "qk_ratio", "head_configs", "dtype", "mode")
-_MEASURE_KEYS = ("warmup", "repeats", "timeout")
+_SWEEP_KEYS = ("kernels", *_INT_LIST_AXES, *_INT_AXES, "qk_ratio", "head_configs", "dtype", "mode",
+               "tilings")
+_MEASURE_KEYS = ("warmup", "repeats", "timeout", "check_at")
+#: the tiling text of the kernels' own tiling (a point's tiling None)
+DEFAULT_TILING = "default"
+#: sizes of the correctness gate (`tflabench.bench.measure.ReferenceGate`)
+CHECK_SIZES = ("small", "full")
 _TOP_KEYS = ("preset", "sweep", "measure", "override")
 
 #: Names a key in error messages (TOML location or command-line option).
@@ -98,16 +105,21 @@ _SHAPE_KEYS = tuple(axis.name for axis in fields(Shape))
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """A whole sweep: kernel selectors, shape grid, per-kernel overrides and measurement settings."""
+    """A whole sweep: kernel selectors, shape grid, per-kernel overrides and measurement settings.
+
+    tilings: the tiling variants of the kernels with a tiling parameter (None: the kernel's own tiling);
+    check_at: the size of the correctness gate, one of `CHECK_SIZES`."""
 
     kernels: tuple[str, ...] = ("*",)
     shape: Shape = field(default_factory=Shape)
     dtypes: tuple[str, ...] = ("bfloat16",)
     modes: tuple[str, ...] = MODES
+    tilings: tuple[str | None, ...] = (None,)
     overrides: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     warmup: int = 10
     repeats: int = 30
     timeout_s: float = 300.0
+    check_at: str = "small"
 
     def shape_for(self, kernel: KernelSpec) -> Shape:
         """The shape grid for one kernel: the base shape with every matching override applied in order."""
@@ -201,9 +213,13 @@ def toml_label(section: str) -> Label:
     return lambda key: f"{section} {key}"
 
 
+#: command-line options not named after their key
+_OPTION_NAMES = {"tilings": "--tiling"}
+
+
 def option_label(key: str) -> str:
     """Names keys in error messages as command-line options (``--seq-len``)."""
-    return "--" + key.replace("_", "-")
+    return _OPTION_NAMES.get(key, "--" + key.replace("_", "-"))
 
 
 def parse_shape_values(table: Mapping[str, Any], label: Label) -> dict[str, Any]:
@@ -261,18 +277,38 @@ def apply_sweep_values(spec: SweepSpec, table: Mapping[str, Any], label: Label) 
         spec = replace(spec, dtypes=parse_names(table["dtype"], label("dtype"), DTYPES))
     if "mode" in table:
         spec = replace(spec, modes=parse_names(table["mode"], label("mode"), MODES))
+    if "tilings" in table:
+        spec = replace(spec, tilings=parse_tilings(table["tilings"], label("tilings")))
     return spec
 
 
+def parse_tilings(value: Any, where: str) -> tuple[str | None, ...]:
+    """A list of tiling texts (a name, `DEFAULT_TILING`, or ``FIELD=VALUE,...``), whitespace removed;
+    the default becomes None. Names and fields are checked against the kernels when the sweep expands."""
+    items = value if isinstance(value, list) else [value]
+    if not items or any(not isinstance(item, str) or not item.strip() for item in items):
+        raise InputError(f"{where} must be a non-empty list of tiling names or FIELD=VALUE,... overrides, "
+                         f"got {value!r}")
+    texts = ("".join(item.split()) for item in items)
+    return tuple(dict.fromkeys(None if text == DEFAULT_TILING else text for text in texts))
+
 def apply_measure(spec: SweepSpec, table: Mapping[str, Any], label: Label) -> SweepSpec:
-    """Apply warmup / repeats / timeout (from a [measure] table or CLI flags)."""
+    """Apply warmup / repeats / timeout / check_at (from a [measure] table or CLI flags)."""
     if "warmup" in table:
         spec = replace(spec, warmup=inputs.non_negative_int(table["warmup"], label("warmup")))
     if "repeats" in table:
         spec = replace(spec, repeats=_positive_int(table["repeats"], label("repeats")))
     if "timeout" in table:
         spec = replace(spec, timeout_s=_positive_float(table["timeout"], label("timeout")))
+    if "check_at" in table:
+        spec = replace(spec, check_at=_check_size(table["check_at"], label("check_at")))
     return spec
+
+
+def _check_size(value: Any, where: str) -> str:
+    if value not in CHECK_SIZES:
+        raise InputError(f"{where} must be one of {', '.join(CHECK_SIZES)}, got {value!r}")
+    return value
 
 
 def _parse_overrides(table: Mapping[str, Any], source: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
@@ -383,24 +419,30 @@ def expand(spec: SweepSpec, kernels: Mapping[str, KernelSpec]) -> list[Job]:
     """All (kernel, point) jobs of the sweep, grouped by kernel. Invalid combinations are kept as jobs
     with status skipped / unavailable and the reason, never dropped."""
     jobs: list[Job] = []
-    for kernel in select_kernels(spec.kernels, kernels):
+    selected = select_kernels(spec.kernels, kernels)
+    if spec.tilings != (None,) and not any(kernel.uses_tiling for kernel in selected):
+        raise InputError("tilings apply to kernels with a tiling parameter (tflabench.*.xl_chunk and "
+                         "tflabench.*.fused_chunk); no selected kernel has one")
+    for kernel in selected:
         availability = _availability(kernel)
-        for point in kernel_points(spec.shape_for(kernel), spec.dtypes, spec.modes, kernel):
+        for point in kernel_points(spec.shape_for(kernel), spec.dtypes, spec.modes, kernel, spec.tilings):
             status, reason = _precheck(kernel, availability, point)
             jobs.append(Job(kernel, point, status, reason, availability.version))
     return jobs
 
 
-def kernel_points(shape: Shape, dtypes: tuple[str, ...], modes: tuple[str, ...],
-                  kernel: KernelSpec) -> list[SweepPoint]:
-    """The grid of points for one kernel (chunk_size None for kernels without a chunk parameter)."""
+def kernel_points(shape: Shape, dtypes: tuple[str, ...], modes: tuple[str, ...], kernel: KernelSpec,
+                  tilings: tuple[str | None, ...] = (None,)) -> list[SweepPoint]:
+    """The grid of points for one kernel (chunk_size None for kernels without a chunk parameter, tiling
+    None for kernels without a tiling parameter)."""
     chunks = shape.chunk_size if kernel.uses_chunk_size else (None,)
+    tilings = tilings if kernel.uses_tiling else (None,)
     points = []
     for dtype, seq_len, head_dim_v in itertools.product(dtypes, shape.seq_len, shape.head_dim_v):
         grid = itertools.product(_batches(shape, seq_len, kernel), _head_triples(shape, head_dim_v, kernel),
-                                 chunks, modes)
-        points += [SweepPoint(batch, seq_len, heads, head_dim_qk, dim_v, chunk, dtype, mode)
-                   for batch, (heads, head_dim_qk, dim_v), chunk, mode in grid]
+                                 chunks, tilings, modes)
+        points += [SweepPoint(batch, seq_len, heads, head_dim_qk, dim_v, chunk, dtype, mode, tiling)
+                   for batch, (heads, head_dim_qk, dim_v), chunk, tiling, mode in grid]
     return list(dict.fromkeys(points))
 
 
@@ -463,6 +505,8 @@ def _precheck(kernel: KernelSpec, availability: Availability, point: SweepPoint)
         return "skipped", f"seq_len {point.seq_len} is not a multiple of chunk size {chunk}"
     try:
         reason = kernel.unsupported(point)
+    except InputError:  # an invalid sweep input (an unknown tiling): the command stops
+        raise
     except Exception as exc:
         return "error", f"unsupported() raised {type(exc).__name__}: {exc}"
     return ("skipped", reason) if reason else (None, "")

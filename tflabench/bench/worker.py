@@ -80,8 +80,10 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def serve(kernel_name: str, device: str, modules: tuple[str, ...], warmup: int, repeats: int) -> int:
-    """Worker main loop: measure each point read from stdin, answer on the protocol stream."""
+def serve(kernel_name: str, device: str, modules: tuple[str, ...], warmup: int, repeats: int,
+          check_at: str = "small") -> int:
+    """Worker main loop: measure each point read from stdin, answer on the protocol stream (the gate of
+    size ``check_at``, `measure.ReferenceGate`)."""
     protocol = _protocol_stream()
     _exit_with_parent()
     if device == "cpu-interpreter":
@@ -92,7 +94,7 @@ def serve(kernel_name: str, device: str, modules: tuple[str, ...], warmup: int, 
 
     import_kernel_modules(modules)
     spec = get_kernel(kernel_name)
-    gate = ReferenceGate(device)
+    gate = ReferenceGate(device, check_at)
     settings = MeasureSettings(warmup=warmup, repeats=repeats)
     protocol.write(json.dumps({"event": "ready"}) + "\n")
     for line in sys.stdin:
@@ -149,9 +151,10 @@ class KernelWorker:
     """Parent-side handle of one worker process measuring points of one kernel."""
 
     def __init__(self, kernel: str, device: str, modules: tuple[str, ...], warmup: int, repeats: int,
-                 log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+                 log_path: Path | None = None, env: dict[str, str] | None = None,
+                 check_at: str = "small") -> None:
         command = [sys.executable, "-m", "tflabench.bench.worker", "--kernel", kernel, "--device", device,
-                   "--warmup", str(warmup), "--repeats", str(repeats)]
+                   "--warmup", str(warmup), "--repeats", str(repeats), "--check-at", check_at]
         for module in modules:
             command += ["--module", module]
         self._log = open(log_path, "a") if log_path else tempfile.TemporaryFile("w+")
@@ -235,12 +238,13 @@ class KernelWorker:
 
 def measure_kernel_points(kernel: str, points: Iterable[SweepPoint], *, device: str, timeout_s: float,
                           warmup: int, repeats: int, modules: tuple[str, ...] = (),
-                          log_path: Path | None = None,
-                          env: dict[str, str] | None = None) -> Iterator[tuple[SweepPoint, dict[str, Any]]]:
+                          log_path: Path | None = None, env: dict[str, str] | None = None,
+                          check_at: str = "small") -> Iterator[tuple[SweepPoint, dict[str, Any]]]:
     """Measure points of one kernel in worker processes; yields (point, measured columns) in order.
 
     A worker that crashed or timed out is replaced for the next point; a worker that cannot start gives
-    every remaining point its start failure. ``env`` is added to the workers' environment.
+    every remaining point its start failure. ``env`` is added to the workers' environment; ``check_at`` is
+    the size of the correctness gate (`measure.ReferenceGate`).
     """
     worker: KernelWorker | None = None
     start_failure: dict[str, Any] | None = None
@@ -248,7 +252,7 @@ def measure_kernel_points(kernel: str, points: Iterable[SweepPoint], *, device: 
         for point in points:
             if start_failure is None and worker is None:
                 try:
-                    worker = KernelWorker(kernel, device, modules, warmup, repeats, log_path, env)
+                    worker = KernelWorker(kernel, device, modules, warmup, repeats, log_path, env, check_at)
                 except WorkerStartError as exc:
                     start_failure = {"status": exc.status, "reason": exc.reason}
             if start_failure is not None:
@@ -271,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module", action="append", default=[])
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--repeats", type=int, required=True)
+    parser.add_argument("--check-at", choices=("small", "full"), default="small")
     args = parser.parse_args(argv)
-    return serve(args.kernel, args.device, tuple(args.module), args.warmup, args.repeats)
+    return serve(args.kernel, args.device, tuple(args.module), args.warmup, args.repeats, args.check_at)
 
 
 if __name__ == "__main__":

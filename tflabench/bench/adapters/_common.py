@@ -131,14 +131,14 @@ def check_mapping(
 
 
 def configuration_check_point(check_point: SweepPoint, point: SweepPoint) -> SweepPoint:
-    """The check point with the head count, head dims and chunk size of ``point`` (the chunk size when both
-    have one): the gate checks the configuration that is about to be timed, at the check's small batch and
-    a length of at least two chunks. Peers that autotune per head count and head dims (FLA) then tune once,
-    in the check, for the timed points too. The dtype and mode stay the check point's."""
+    """The check point with the head count, head dims, chunk size and tiling of ``point`` (the chunk size
+    when both have one): the gate checks the configuration that is about to be timed, at the check's small
+    batch and a length of at least two chunks. Peers that autotune per head count and head dims (FLA) then
+    tune once, in the check, for the timed points too. The dtype and mode stay the check point's."""
     chunk_size = point.chunk_size if check_point.chunk_size is not None else None
     seq_len = max(check_point.seq_len, 2 * chunk_size) if chunk_size else check_point.seq_len
     return replace(check_point, heads=point.heads, head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
-                   chunk_size=chunk_size, seq_len=seq_len)
+                   chunk_size=chunk_size, seq_len=seq_len, tiling=point.tiling)
 
 
 def family_inputs(family: str, **fixed: Any) -> NeutralInputs:
@@ -176,6 +176,7 @@ def peer_spec(
     mode_reasons: dict | None = None,
     first_call_s: float = 0.0,
     point_params: Callable[[SweepPoint, Any], dict] | None = None,
+    uses_tiling: bool = False,
 ) -> KernelSpec:
     """A `KernelSpec` whose inputs and reference check both come from ``mapping``.
 
@@ -185,7 +186,9 @@ def peer_spec(
     ``mapping.family_view``).
     check_point: the size of the reference check (its dtype is the checked one; chunk_size is dropped when
     the chunk axis does not apply). Given the point about to be timed, the check takes that point's heads,
-    head dims and chunk size (`configuration_check_point`), unless ``unsupported`` rejects the result.
+    head dims, chunk size and tiling (`configuration_check_point`), unless ``unsupported`` rejects the
+    result; with ``full_size``, the point itself (in mode fwd).
+    uses_tiling: the sweep's tilings apply (see `KernelSpec`).
     mode_reasons: the modes this kernel refuses, with the reason.
     first_call_s: typical compile + autotune time of the first call on a GPU (see `KernelSpec`).
     point_params: parameters the kernel decides per point on the device (see `KernelSpec`).
@@ -198,9 +201,12 @@ def peer_spec(
         neutral_values = make_neutral(point, torch.device(device))
         return _prepared(mapping.to_native(neutral_values, point), mapping.grad_inputs, point.mode)
 
-    def reference_check(device: Any, dtype: str, configuration: SweepPoint | None = None) -> CheckResult:
+    def reference_check(device: Any, dtype: str, configuration: SweepPoint | None = None,
+                        full_size: bool = False) -> CheckResult:
         point = replace(check_point, dtype=dtype, mode="fwd")
-        if configuration is not None:
+        if configuration is not None and full_size:
+            point = replace(configuration, dtype=dtype, mode="fwd")
+        elif configuration is not None:
             shrunk = configuration_check_point(point, configuration)
             point = point if unsupported(shrunk) else shrunk
         return check_mapping(family, mapping, make_neutral, point, torch.device(device))
@@ -221,6 +227,7 @@ def peer_spec(
         mode_reasons=mode_reasons,
         first_call_s=first_call_s,
         point_params=point_params,
+        uses_tiling=uses_tiling,
     )
 
 

@@ -1,7 +1,9 @@
 """tflabench's own mLSTM kernels (`tflabench.kernels.mlstm`): mLSTMexp and mLSTMsig, each with the TFLA
 xl_chunk, the single-level limit_chunk and the fused_chunk algorithm at the sweep's chunk size, and "auto"
 (the package default: algorithm and chunk size chosen for the shape and the GPU, recorded in each row's
-params as "choice").
+params as "choice"). xl_chunk and fused_chunk take the sweep's tiling variants
+(`tflabench.kernels.mlstm.tilings`; the tiling is resolved with the inputs, outside the timed call, and
+the correctness gate checks each tiling).
 
 The kernels take the suite's layout, [B, T, H, D] with gate pre-activations [B, T, H], and start from
 m_0 = 0; they are checked against the recurrent reference. mLSTMsig runs without normalizer (the paper's
@@ -19,6 +21,9 @@ import torch
 from tflabench.bench.adapters._common import PeerMapping, describe, family_inputs, peer_spec
 from tflabench.bench.registry import Availability, register
 from tflabench.core import STATE_BYTES_OF_OPERANDS, SweepPoint
+from tflabench.errors import InputError
+from tflabench.kernels.mlstm import tilings
+from tflabench.kernels.mlstm.tilings import TILED_ALGORITHMS
 
 _API = "tflabench.kernels.mlstm.api"
 #: The Triton kernels (importing the fused ones imports TFLA's too).
@@ -47,7 +52,7 @@ def _availability() -> Availability:
     return Availability(failure is None, failure or "", __version__)
 
 
-def _unsupported(algorithm: str):
+def _unsupported(variant: str, algorithm: str):
     def unsupported(point: SweepPoint) -> str | None:
         api = importlib.import_module(_API)
         for name, dim in (("head_dim_qk", point.head_dim_qk), ("head_dim_v", point.head_dim_v)):
@@ -62,19 +67,45 @@ def _unsupported(algorithm: str):
         largest = api.ONE_TILE_CHUNK_MAX.get(algorithm, chunk)
         if chunk > largest:
             return f"{algorithm} holds a chunk in one SRAM tile: chunk_size <= {largest}"
-        return None
+        return _tiling_misfit(variant, algorithm, point)
 
     return unsupported
 
 
+def _tiling_misfit(variant: str, algorithm: str, point: SweepPoint) -> str | None:
+    """Why the point's tiling does not fit its shape, or None; InputError for a tiling that is unknown
+    whatever the shape."""
+    if point.tiling is None:
+        return None
+    tilings.overrides(point.tiling)
+    try:
+        _launch_options(variant, algorithm, point)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+def _launch_options(variant: str, algorithm: str, point: SweepPoint) -> dict:
+    """The launcher's tiling arguments of the point's tiling."""
+    return tilings.launch_options(algorithm, point.tiling, chunk=point.chunk_size,
+                                  head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
+                                  variant=variant)
+
+
 def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMapping:
     def to_native(neutral: dict, point: SweepPoint) -> dict:
-        return {**{name: neutral[name] for name in ("q", "k", "v", "i", "f", "eps")},
-                "chunk_size": point.chunk_size}
+        arguments = {**{name: neutral[name] for name in ("q", "k", "v", "i", "f", "eps")},
+                     "chunk_size": point.chunk_size}
+        if point.tiling is not None:
+            arguments |= _launch_options(variant, algorithm, point)
+        return arguments
 
     def call(arguments: dict) -> torch.Tensor:
         from tflabench.kernels import mlstm
+        from tflabench.kernels.mlstm.api import triton_launcher
 
+        if "tiling" in arguments:  # a tiling variant: its launcher, which takes the tiling
+            return triton_launcher(algorithm)(**arguments, variant=variant, normalize=normalize)
         return mlstm(**arguments, variant=variant, algorithm=algorithm, normalize=normalize)
 
     return PeerMapping(to_native, call, lambda output: output, grad_inputs=("q", "k", "v", "i", "f"))
@@ -100,7 +131,8 @@ def _register() -> None:
             chunked = algorithm != "auto"
             register(peer_spec(
                 f"tflabench.{family}.{algorithm}", family, _mapping(variant, algorithm, normalize),
-                _availability, package=None, uses_chunk_size=chunked, unsupported=_unsupported(algorithm),
+                _availability, package=None, uses_chunk_size=chunked,
+                unsupported=_unsupported(variant, algorithm), uses_tiling=algorithm in TILED_ALGORITHMS,
                 neutral_inputs=family_inputs(family, normalize=normalize),
                 params={"variant": variant, "algorithm": algorithm, "normalize": normalize,
                         "cost_params": {"state_bytes": STATE_BYTES_OF_OPERANDS}},

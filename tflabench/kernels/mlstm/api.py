@@ -85,10 +85,10 @@ def mlstm(
         )
     if algorithm == "recurrent":
         return reference.mlstm_recurrent(q, k, v, i, f, **options, detach_normalizer=True)
-    return _triton_kernel(algorithm)(q, k, v, i, f, chunk_size=chunk_size, **options)
+    return triton_launcher(algorithm)(q, k, v, i, f, chunk_size=chunk_size, **options)
 
 
-def _triton_kernel(algorithm: str):
+def triton_launcher(algorithm: str):
     """The launcher of a chunked algorithm (importing it imports Triton)."""
     if algorithm == "fused_chunk":
         from tflabench.kernels.mlstm.fused_chunk import mlstm_fused_chunk

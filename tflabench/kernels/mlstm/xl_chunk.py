@@ -115,6 +115,15 @@ class Tiling:
             dkdv_block_kv=tile,
         )
 
+    def for_chunk(self, chunk: int) -> Tiling:
+        """This tiling at chunk size ``chunk``, its dK/dV key tile and output key tile clamped to the chunk
+        and the query tile."""
+        clamp = self.dkdv_block_kv > chunk or self.out_block_kv > self.block_q
+        if self.chunk == chunk and not clamp:
+            return self
+        return replace(self, chunk=chunk, dkdv_block_kv=min(self.dkdv_block_kv, chunk),
+                       out_block_kv=min(self.out_block_kv, self.block_q))
+
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         blocks = ("chunk", "block_state", "state_block_qk", "state_block_v", "block_q", "block_kv",
                   "block_qk", "block_v", "dkdv_block_kv", "out_block_kv", "out_block_v", "dv_block_v")
@@ -384,10 +393,7 @@ def mlstm_chunkwise_triton(q, k, v, i, f, *, variant: str, chunk_size: int, norm
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
     tiling = tiling or Tiling.default(chunk_size, DQK, DV, variant=variant, limit=limit)
-    clamp = tiling.dkdv_block_kv > chunk_size or tiling.out_block_kv > tiling.block_q
-    if tiling.chunk != chunk_size or clamp:
-        tiling = replace(tiling, chunk=chunk_size, dkdv_block_kv=min(tiling.dkdv_block_kv, chunk_size),
-                         out_block_kv=min(tiling.out_block_kv, tiling.block_q))
+    tiling = tiling.for_chunk(chunk_size)
     tiling.check(DQK, DV)
     config = _Config(
         tiling=tiling, sig=variant == "sig", normalize=variant == "exp" or bool(normalize), eps=eps,

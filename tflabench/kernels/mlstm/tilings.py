@@ -1,0 +1,142 @@
+"""Tiling variants of the TFLA (`xl_chunk`) and fused-chunk kernels, selectable per sweep point.
+
+A tiling is written as text: a name of `NAMED` (the candidates measured in results/perf-log.md), or field
+overrides ``FIELD=VALUE[,FIELD=VALUE...]`` of the algorithm's tiling class, applied on top of its measured
+default (`xl_chunk.Tiling.default`, `fused_chunk.FusedTiling.default`) at the point's chunk size and head
+dims. xl_chunk also takes ``state_dtype`` (bfloat16, float16 or float32: the dtype of the materialized
+chunk states, float32 like the reference kernels). `launch_options` turns a tiling into the keyword
+arguments of the kernel's launcher; an unknown name or field raises `InputError`.
+
+The Triton kernels are imported only by the functions (Triton's interpreter mode must be chosen first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import Any
+
+from tflabench.errors import InputError
+
+#: algorithms with a tiling parameter
+TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
+#: dtypes of xl_chunk's ``state_dtype``
+STATE_DTYPES = ("bfloat16", "float16", "float32")
+
+#: Named candidates: field overrides of the default tiling (xl_chunk's unless they set FusedTiling fields).
+#: Block sizes and the shared memory and registers they need: scripts/kernel_resources.py; timings of each
+#: on an H200 (Dqk 128 / Dv 256 and Dqk = Dv = 256): results/perf-log.md.
+NAMED: dict[str, dict[str, Any]] = {
+    # the materialized chunk states in fp32 like the reference kernels (an ablation at equal state bytes)
+    "fp32states": {"state_dtype": "float32"},
+    # the recurrent (state) kernel: warps, sub-chunk, state tiles, stages
+    "state-w8": {"state_num_warps": 8},
+    "state-bl32": {"block_state": 32},
+    "state-bl128": {"block_state": 128},
+    "state-128x128": {"state_block_qk": 128, "state_block_v": 128},
+    "state-128x128-w8": {"state_block_qk": 128, "state_block_v": 128, "state_num_warps": 8},
+    "state-v64": {"state_block_v": 64},
+    "state-32x64": {"state_block_qk": 32, "state_block_v": 64},
+    "state-s2": {"state_num_stages": 2},
+    # the forward output kernel: key/value tiles, value block (the scores Q K^T computed once per block),
+    # query tiles per program (the state tile read once for all of them), warps, stages
+    "out-kv32": {"out_block_kv": 32},
+    "out-kv64": {"out_block_kv": 64},
+    "out-q128-kv32-w8": {"block_q": 128, "out_block_kv": 32, "out_num_warps": 8},
+    "out-q128-kv64-w8": {"block_q": 128, "out_block_kv": 64, "out_num_warps": 8},
+    "out-v64": {"out_block_v": 64},
+    "out-v64-w8": {"out_block_v": 64, "out_num_warps": 8},
+    "out-v256": {"out_block_v": 256},
+    "out-v256-w8": {"out_block_v": 256, "out_num_warps": 8},
+    "out-w8": {"out_num_warps": 8},
+    "out-q1": {"out_q_tiles": 1},
+    "out-q2": {"out_q_tiles": 2},
+    "out-s1": {"out_num_stages": 1},
+    "out-s1-q1": {"out_num_stages": 1, "out_q_tiles": 1},
+    "out-kv32-q1": {"out_block_kv": 32, "out_q_tiles": 1},
+    "out-kv32-s1": {"out_block_kv": 32, "num_stages": 1, "out_num_stages": 1},
+    # the backward's dV kernel (K Q^T computed once per key tile for dv_block_v columns) and dK + dV fused
+    "dv-v128": {"dv_block_v": 128},
+    "dv-v256": {"dv_block_v": 256},
+    "out-dv-v256-w8": {"out_block_v": 256, "out_num_warps": 8, "dv_block_v": 256, "num_warps": 8},
+    "fused-dkdv": {"fused_dkdv": True},
+    # fused_chunk: the backward with the state gradients on chip instead of TFLA's
+    "fused-backward": {"backward": "fused"},
+}
+
+
+def _field_types(algorithm: str) -> dict[str, str]:
+    """Field name -> type name of the algorithm's tiling (``chunk`` excluded: the sweep's chunk size)."""
+    if algorithm == "fused_chunk":
+        from tflabench.kernels.mlstm.fused_chunk import FusedTiling
+
+        return {item.name: str(item.type) for item in fields(FusedTiling) if item.name != "chunk"}
+    from tflabench.kernels.mlstm.xl_chunk import Tiling
+
+    types = {item.name: str(item.type) for item in fields(Tiling) if item.name != "chunk"}
+    return types | {"state_dtype": "str"}
+
+
+def overrides(tiling: str) -> dict[str, Any]:
+    """The field overrides of a tiling text. InputError for an unknown name, a malformed pair, a field of
+    neither tiling class or a value of the wrong type."""
+    if tiling in NAMED:
+        return dict(NAMED[tiling])
+    if "=" not in tiling:
+        raise InputError(f"unknown tiling {tiling!r} (named tilings: {', '.join(NAMED)}; or FIELD=VALUE,... "
+                         "overrides of xl_chunk.Tiling or fused_chunk.FusedTiling)")
+    known = {name: kind for algorithm in TILED_ALGORITHMS for name, kind in _field_types(algorithm).items()}
+    values: dict[str, Any] = {}
+    for pair in tiling.split(","):
+        name, _, text = pair.partition("=")
+        if name not in known:
+            raise InputError(f"tiling {tiling!r}: unknown field {name!r} "
+                             f"(fields: {', '.join(sorted(known))})")
+        values[name] = _typed(text, known[name], name, tiling)
+    return values
+
+
+def _typed(text: str, kind: str, name: str, tiling: str) -> Any:
+    """The value of one override: an int, a bool (true / false) or a string (state_dtype, backward)."""
+    if kind == "bool":
+        if text.lower() not in ("true", "false"):
+            raise InputError(f"tiling {tiling!r}: {name} must be true or false, got {text!r}")
+        return text.lower() == "true"
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise InputError(f"tiling {tiling!r}: {name} must be an integer, got {text!r}") from None
+    if name == "state_dtype" and text not in STATE_DTYPES:
+        raise InputError(f"tiling {tiling!r}: state_dtype must be one of {', '.join(STATE_DTYPES)}, "
+                         f"got {text!r}")
+    return text
+
+
+def launch_options(algorithm: str, tiling: str, *, chunk: int, head_dim_qk: int, head_dim_v: int,
+                   variant: str) -> dict[str, Any]:
+    """The launcher's keyword arguments (``tiling``, and ``state_dtype`` where given) of a tiling text at
+    one chunk size and pair of head dims. InputError when the tiling is unknown, sets a field the
+    algorithm's tiling class does not have, or does not fit the head dims and chunk size."""
+    values = overrides(tiling)
+    foreign = sorted(set(values) - set(_field_types(algorithm)))
+    if foreign:
+        raise InputError(f"tiling {tiling!r} sets {', '.join(foreign)}, not a field of {algorithm}'s tiling")
+    if algorithm == "fused_chunk":
+        from tflabench.kernels.mlstm.fused_chunk import FusedTiling
+
+        fused = replace(FusedTiling.default(chunk, head_dim_qk, head_dim_v, variant=variant), **values)
+        fused.check(head_dim_qk, head_dim_v)
+        return {"tiling": fused}
+    import torch
+
+    from tflabench.kernels.mlstm.xl_chunk import Tiling
+
+    state_dtype = values.pop("state_dtype", None)
+    default = Tiling.default(chunk, head_dim_qk, head_dim_v, variant=variant)
+    chosen = replace(default, **values).for_chunk(chunk)
+    chosen.check(head_dim_qk, head_dim_v)
+    options: dict[str, Any] = {"tiling": chosen}
+    if state_dtype is not None:
+        options["state_dtype"] = getattr(torch, state_dtype)
+    return options
+
