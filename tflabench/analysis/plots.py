@@ -630,8 +630,7 @@ def plot_optimal_chunk(run: Run) -> Figure:
                 color=colors[sweep.kernel],
                 mec="black",
                 zorder=4,
-                label=f"measured optimum: {sweep.kernel} {sweep.heads} heads, T={count_label(sweep.seq_len)} "
-                f"({sweep.mode})",
+                label=f"measured optimum: {sweep.kernel} ({sweep.mode})",
             )
         ax.set_title(f"p = d_qk / d_v = {ratio:g}")
         ax.set_xlabel("head dim d_v")
