@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import dataclasses
 import inspect
+import math
 import multiprocessing
 import os
 import re
@@ -42,6 +43,7 @@ from triton.runtime.jit import JITFunction
 
 HOPPER = GPUTarget("cuda", 90, 128)
 SHARED_LIMIT_KB = 227
+HOPPER_SMS = 132  # H100 SXM and H200: programs per SM of a grid
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
@@ -146,20 +148,27 @@ def _launches(args: argparse.Namespace) -> list[Launch]:
     else:
         tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant, limit=args.limit)
     changes = dict(change.split("=") for change in args.set)
-    tiling = dataclasses.replace(tiling, **{name: int(value) for name, value in changes.items()})
+    tiling = dataclasses.replace(tiling, **{name: _field_value(value) for name, value in changes.items()})
     tiling.check(args.dqk, args.dv)
-    B, T, H = 2, 2 * args.chunk, 2  # the harness's check: batch 2, two chunks, 2 heads
-    q, k = (torch.randn(B, T, H, args.dqk, dtype=torch.bfloat16) for _ in range(2))
-    v = torch.randn(B, T, H, args.dv, dtype=torch.bfloat16)
-    i, f = torch.randn(B, T, H), torch.randn(B, T, H)
+    B, T, H = args.batch, args.seq or 2 * args.chunk, args.heads
+    q, k = (torch.empty(B, T, H, args.dqk, dtype=torch.bfloat16) for _ in range(2))  # never read: not run
+    v = torch.empty(B, T, H, args.dv, dtype=torch.bfloat16)
+    i, f = torch.empty(B, T, H), torch.empty(B, T, H)
     sig, normalize = args.variant == "sig", args.variant == "exp"
     with captured_launches() as launches:
         if args.algorithm == "fused_chunk":
             _fused_launches(q, k, v, i, f, tiling, args.variant)
             return launches
         forward = xl_chunk._forward(q, k, v, i, f, None, tiling, sig, normalize, 1e-6, torch.bfloat16)
-        xl_chunk._backward(q, k, v, i, f, torch.randn_like(v), None, forward, None, tiling, sig, normalize)
+        xl_chunk._backward(q, k, v, i, f, torch.empty_like(v), None, forward, None, tiling, sig, normalize)
     return launches
+
+
+def _field_value(text: str) -> int | bool | str:
+    """A `--set` value: an int, true / false, or a string (fused_chunk's ``backward``)."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
@@ -170,7 +179,7 @@ def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
                                  return_final_state=False)
     h, denom, m_comb, maxes, c_last, _ = fused_chunk._forward(q, k, v, i, f, None, config)
     if tiling.backward == "fused":
-        fused_chunk._backward(q, k, v, i, f, torch.randn_like(v), None, None, (denom, m_comb, maxes, c_last),
+        fused_chunk._backward(q, k, v, i, f, torch.empty_like(v), None, None, (denom, m_comb, maxes, c_last),
                               config)
 
 
@@ -184,7 +193,7 @@ TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysi
 def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int) -> dict:
     """The default tiling of one configuration and, per kernel it launches (forward and backward), what
     `resources` reports; the first launch of a kernel stands for its repeats."""
-    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[],
+    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2, seq=None,
                               algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
                               limit=algorithm == "limit_chunk")
     from tflabench.kernels.mlstm import fused_chunk, xl_chunk
@@ -240,6 +249,11 @@ def main() -> None:
     parser.add_argument("--variant", choices=("sig", "exp"), default="sig")
     parser.add_argument("--algorithm", choices=("xl_chunk", "fused_chunk"), default="xl_chunk")
     parser.add_argument("--limit", action="store_true", help="limit_chunk's tiling (one tile per chunk)")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=None,
+                        help="T (default: two chunks; with --batch and --heads the grids of a real shape, "
+                             "for programs per SM)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="change a tiling field (repeatable), e.g. dv_block_v=256")
     parser.add_argument("--table", action="store_true",
@@ -249,12 +263,15 @@ def main() -> None:
     if args.table:
         write_table()
         return
-    print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}")
+    print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}{'stack B':>8}"
+          f"{'programs':>9}{'/SM':>6}")
     for launch in _launches(args):
         row = resources(launch)
         flag = "  over the 227 KB limit" if row["shared_kb"] > SHARED_LIMIT_KB else ""
+        programs = math.prod(launch.grid)
         print(f"{row['kernel']:<26}{row.get('num_warps', 4):>6}{row.get('num_stages', 3):>7}"
-              f"{row['shared_kb']:>10.1f}{row['registers']:>6}{row['local_bytes']:>8}{flag}")
+              f"{row['shared_kb']:>10.1f}{row['registers']:>6}{row['local_bytes']:>8}{row['stack_bytes']:>8}"
+              f"{programs:>9}{programs / HOPPER_SMS:>6.1f}{flag}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import triton.language as tl
 from torch import Tensor
 
 from tflabench.kernels import mlstm
+from tflabench.kernels.mlstm import tilings
 from tflabench.kernels.mlstm.choice import Shape
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling, mlstm_fused_chunk
 from tflabench.kernels.mlstm.reference import mlstm_parallel, mlstm_recurrent, parallel_form_initial_state
@@ -343,6 +344,25 @@ def test_matches_reference_with_a_non_default_tiling(variant, normalize, tiling)
     problem = make_problem(seed=6, shape=replace(SMALL, head_dim_qk=32, head_dim_v=64), initial_state=True)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=tiling.chunk, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+SMALL_HEAD_BACKWARD_TILINGS = [name for name in tilings.NAMED if name.startswith("bwd-small-")]
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("name", SMALL_HEAD_BACKWARD_TILINGS)
+def test_named_small_head_dim_backward_tilings_match_the_reference(variant, normalize, name):
+    """The backward candidates for Dqk = Dv = 64 (`tilings.NAMED` "bwd-small-*"), at those head dims and
+    L = 64 over two chunks: every gradient and the final state against the float64 reference."""
+    assert SMALL_HEAD_BACKWARD_TILINGS
+    shape = replace(SMALL, seq_len=128, heads=1, head_dim_qk=64, head_dim_v=64)
+    problem = make_problem(seed=11, shape=shape, initial_state=True)
+    options = tilings.launch_options("xl_chunk", name, chunk=64, head_dim_qk=64, head_dim_v=64,
+                                     variant=variant)
+    assert options["tiling"] != Tiling.default(64, 64, 64, variant=variant)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=64, **options), problem, F32)
     assert_close(kernel, run_reference(problem, **cell))
 
 

@@ -59,6 +59,12 @@ NAMED: dict[str, dict[str, Any]] = {
     "dv-v256": {"dv_block_v": 256},
     "out-dv-v256-w8": {"out_block_v": 256, "out_num_warps": 8, "dv_block_v": 256, "num_warps": 8},
     "fused-dkdv": {"fused_dkdv": True},
+    # the backward at small head dims (Dqk = Dv = 64: one tile per kernel and chunk, 2 programs of 4 warps
+    # per SM in dK and dV); predictions and sm_90 resources in results/perf-log.md, "Prepared candidates"
+    "bwd-small-dkdv": {"fused_dkdv": True, "dkdv_num_warps": 4, "dkdv_num_stages": 2},
+    "bwd-small-s1": {"num_stages": 1},
+    "bwd-small-dkdv-state32": {"fused_dkdv": True, "dkdv_num_warps": 4, "dkdv_num_stages": 2,
+                               "state_block_qk": 32},
     # fused_chunk: the backward with the state gradients on chip instead of TFLA's
     "fused-backward": {"backward": "fused"},
 }

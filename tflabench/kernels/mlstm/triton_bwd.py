@@ -315,7 +315,7 @@ def chunk_dkdv_kernel(
     computed once for both gradients (the split kernels compute each twice). Writes dk, dv (layouts of k,
     v) and kdk [1, B*H, T].
     """
-    pid_kv, _, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
+    pid_kv, _single_tile, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
     offs_qk = tl.arange(0, DQK)

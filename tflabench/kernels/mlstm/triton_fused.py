@@ -70,6 +70,12 @@ def _intra_gate(b_rows, m_comb, b_cols, ig_cols, rows, cols):
 
 
 @triton.jit
+def _maximum(a, b):
+    """Combine function of a running max (`tl.associative_scan`)."""
+    return tl.maximum(a, b)
+
+
+@triton.jit
 def _row_stats(m_comb_ptr, denom_ptr, bh, T, t, L: tl.constexpr, STABILIZE: tl.constexpr,
                NORMALIZE: tl.constexpr):
     """m_comb (0 for mLSTMsig) and 1/denom (1 without normalization) [L] of the tokens t."""
@@ -139,22 +145,21 @@ def fused_forward_kernel(
         k = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :], mask=k_mask[None, :], other=0.0)
         v = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
 
-        gate_log = b[:, None] - b[None, :] + ig[None, :]
-        gate_log = tl.where(offs_l[:, None] >= offs_l[None, :], gate_log, float("-inf"))
+        key_log = ig - b
         if STABILIZE:
             if writes_rows:
                 tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
             m_inter = b + m_state
-            m_comb = tl.maximum(m_inter, tl.max(gate_log, 1))
+            m_comb = tl.maximum(m_inter, b + tl.associative_scan(key_log, 0, _maximum))
             q_gate = tl.exp(m_inter - m_comb) * qk_scale
         else:
             m_comb = tl.zeros([L], dtype=tl.float32)
             q_gate = tl.exp(b) * qk_scale
-        scores = tl.dot(q, tl.trans(k)) * qk_scale * tl.exp(gate_log - m_comb[:, None])
+        scores = tl.dot(q, tl.trans(k)) * qk_scale * _intra_gate(b, m_comb, b, ig, offs_l, offs_l)
         q_gated = (q.to(tl.float32) * q_gate[:, None]).to(q.dtype)
         h_acc = tl.dot(q_gated, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
         if NORMALIZE:
-            n_acc = tl.sum(q_gated.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
+            n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
             if STABILIZE:
                 lower_bound = tl.exp(-m_comb)
             else:
@@ -168,7 +173,7 @@ def fused_forward_kernel(
         tl.store(h_base + t[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty))
 
         if STABILIZE:
-            m_next = tl.maximum(decay + m_state, tl.max(decay - b + ig, 0))
+            m_next = tl.maximum(decay + m_state, decay + tl.max(key_log, 0))
         else:
             m_next = 0.0
         state_scale, weight = _state_step(decay, b, ig, m_state, m_next, STABILIZE)
