@@ -22,8 +22,9 @@ def resource_rows(*arguments: str) -> dict[str, list[str]]:
 def test_every_kernel_of_a_forward_and_backward_pass_is_compiled_for_hopper_and_reported():
     rows = resource_rows("--dqk", "32", "--dv", "32", "--chunk", "32")
     assert list(rows) == KERNELS
-    warps, stages, shared_kb, registers, local_bytes = rows["chunk_outputs_kernel"]
+    warps, stages, shared_kb, registers, _local, _stack, programs, _per_sm = rows["chunk_outputs_kernel"]
     assert (warps, stages) == ("4", "2") and 0 < float(shared_kb) < 227 and 0 < int(registers) <= 255
+    assert programs == "8"  # one value block and one query tile per chunk: 2 chunks x B 2 x H 2
 
 
 def test_a_tiling_change_reaches_the_compiled_kernel():
