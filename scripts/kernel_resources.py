@@ -146,7 +146,8 @@ def _launches(args: argparse.Namespace) -> list[Launch]:
     if args.algorithm == "fused_chunk":
         tiling = fused_chunk.FusedTiling.default(args.chunk, args.dqk, args.dv, variant=args.variant)
     else:
-        tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant, limit=args.limit)
+        tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant,
+                                         limit=args.limit)
     changes = dict(change.split("=") for change in args.set)
     tiling = dataclasses.replace(tiling, **{name: _field_value(value) for name, value in changes.items()})
     tiling.check(args.dqk, args.dv)
@@ -193,7 +194,8 @@ TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysi
 def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int) -> dict:
     """The default tiling of one configuration and, per kernel it launches (forward and backward), what
     `resources` reports; the first launch of a kernel stands for its repeats."""
-    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2, seq=None,
+    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2,
+                              seq=None,
                               algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
                               limit=algorithm == "limit_chunk")
     from tflabench.kernels.mlstm import fused_chunk, xl_chunk

@@ -40,6 +40,8 @@ class FusedTiling:
     keep a [BK, Dv] state tile), dv_block_v (BV of the dV program, a [Dqk, BV] tile), bwd_num_warps,
     bwd_num_stages. backward: "tfla" (TFLA's backward kernels, `xl_chunk.tfla_backward`, fed with this
     forward's row statistics) or "fused" (the kernels of `triton_fused`, state gradients on chip).
+    lean_gate: the forward's intra-chunk gates without a live [L, L] log-gate (`triton_fused._lean_gates`:
+    fewer spilled bytes in the mLSTMexp forward by the sm_90 resource report, not yet timed).
     `FusedTiling.default` is the measured choice: the TFLA backward, 1.3-7x faster than the fused one on
     every shape measured (results/perf-log.md, v6).
     """
@@ -54,6 +56,7 @@ class FusedTiling:
     bwd_num_warps: int = 8
     bwd_num_stages: int = 2
     backward: str = "tfla"
+    lean_gate: bool = False
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, variant: str = "sig") -> FusedTiling:
@@ -115,7 +118,7 @@ def _forward(q, k, v, i, f, initial, config: _Config):
         *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h), *gate_strides,
         T, H, NC, 1.0 / math.sqrt(DQK), config.eps, blocks,
         DQK=DQK, DV=DV, DQK_P=next_pow2(DQK), L=tiling.chunk, BV=tiling.block_v,
-        HAS_INITIAL=initial is not None, **flags,
+        HAS_INITIAL=initial is not None, LEAN_GATE=tiling.lean_gate, **flags,
         num_warps=tiling.num_warps, num_stages=tiling.num_stages,
     )
     return h, row_stats[0], row_stats[1], maxes, c_last, n_last

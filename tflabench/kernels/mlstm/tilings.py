@@ -67,6 +67,8 @@ NAMED: dict[str, dict[str, Any]] = {
                                "state_block_qk": 32},
     # fused_chunk: the backward with the state gradients on chip instead of TFLA's
     "fused-backward": {"backward": "fused"},
+    # fused_chunk: the forward's gates without a live [L, L] log-gate (perf-log, "Prepared candidates")
+    "fused-lean-gate": {"lean_gate": True},
 }
 
 

@@ -76,6 +76,38 @@ def _maximum(a, b):
 
 
 @triton.jit
+def _masked_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE: tl.constexpr):
+    """(m_comb [L], query gate [L], gated scores [L, L] fp32) of one chunk from the masked [L, L] log-gate
+    b_i - b_j + ig_j, which stays live across the Q K^T product (the measured default)."""
+    gate_log = b[:, None] - b[None, :] + ig[None, :]
+    gate_log = tl.where(offs_l[:, None] >= offs_l[None, :], gate_log, float("-inf"))
+    if STABILIZE:
+        m_inter = b + m_state
+        m_comb = tl.maximum(m_inter, tl.max(gate_log, 1))
+        q_gate = tl.exp(m_inter - m_comb) * qk_scale
+    else:
+        m_comb = tl.zeros_like(b)
+        q_gate = tl.exp(b) * qk_scale
+    scores = tl.dot(q, tl.trans(k)) * qk_scale * tl.exp(gate_log - m_comb[:, None])
+    return m_comb, q_gate, scores
+
+
+@triton.jit
+def _lean_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE: tl.constexpr):
+    """`_masked_gates` without a live [L, L] log-gate: the row max is b_i + the running max of ig_j - b_j
+    (a scan over [L]), and the gate is formed only where it multiplies the scores."""
+    if STABILIZE:
+        m_inter = b + m_state
+        m_comb = tl.maximum(m_inter, b + tl.associative_scan(ig - b, 0, _maximum))
+        q_gate = tl.exp(m_inter - m_comb) * qk_scale
+    else:
+        m_comb = tl.zeros_like(b)
+        q_gate = tl.exp(b) * qk_scale
+    scores = tl.dot(q, tl.trans(k)) * qk_scale * _intra_gate(b, m_comb, b, ig, offs_l, offs_l)
+    return m_comb, q_gate, scores
+
+
+@triton.jit
 def _row_stats(m_comb_ptr, denom_ptr, bh, T, t, L: tl.constexpr, STABILIZE: tl.constexpr,
                NORMALIZE: tl.constexpr):
     """m_comb (0 for mLSTMsig) and 1/denom (1 without normalization) [L] of the tokens t."""
@@ -111,11 +143,12 @@ def fused_forward_kernel(
     T, H, NC, qk_scale, eps, blocks,
     DQK: tl.constexpr, DV: tl.constexpr, DQK_P: tl.constexpr, L: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, SIG_INPUT_GATE: tl.constexpr,
-    HAS_INITIAL: tl.constexpr,
+    HAS_INITIAL: tl.constexpr, LEAN_GATE: tl.constexpr,
 ):
     """Grid (DV/BV * B*H,). Writes h [B, T, H, DV]; when NORMALIZE denom [B*H, T] fp32; when STABILIZE m_comb
     [B*H, T] and m [B*H, NC+1] fp32 (the max state before each chunk and the final one); c_last
-    [B*H, DQK, DV] and, when NORMALIZE, n_last [B*H, DQK], the final states in fp32 (stabilized)."""
+    [B*H, DQK, DV] and, when NORMALIZE, n_last [B*H, DQK], the final states in fp32 (stabilized).
+    LEAN_GATE: the intra-chunk gates by `_lean_gates`, else by `_masked_gates`."""
     pid_v, bh, batch, head = _head_program(H, blocks)
     offs_l = tl.arange(0, L)
     offs_k = tl.arange(0, DQK_P)
@@ -145,21 +178,19 @@ def fused_forward_kernel(
         k = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :], mask=k_mask[None, :], other=0.0)
         v = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
 
-        key_log = ig - b
-        if STABILIZE:
-            if writes_rows:
-                tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
-            m_inter = b + m_state
-            m_comb = tl.maximum(m_inter, b + tl.associative_scan(key_log, 0, _maximum))
-            q_gate = tl.exp(m_inter - m_comb) * qk_scale
+        if LEAN_GATE:
+            m_comb, q_gate, scores = _lean_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE)
         else:
-            m_comb = tl.zeros([L], dtype=tl.float32)
-            q_gate = tl.exp(b) * qk_scale
-        scores = tl.dot(q, tl.trans(k)) * qk_scale * _intra_gate(b, m_comb, b, ig, offs_l, offs_l)
+            m_comb, q_gate, scores = _masked_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE)
+        if STABILIZE and writes_rows:
+            tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
         q_gated = (q.to(tl.float32) * q_gate[:, None]).to(q.dtype)
         h_acc = tl.dot(q_gated, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
         if NORMALIZE:
-            n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
+            if LEAN_GATE:
+                n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
+            else:
+                n_acc = tl.sum(q_gated.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
             if STABILIZE:
                 lower_bound = tl.exp(-m_comb)
             else:
@@ -173,7 +204,7 @@ def fused_forward_kernel(
         tl.store(h_base + t[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty))
 
         if STABILIZE:
-            m_next = tl.maximum(decay + m_state, decay + tl.max(key_log, 0))
+            m_next = tl.maximum(decay + m_state, tl.max(decay - b + ig, 0))
         else:
             m_next = 0.0
         state_scale, weight = _state_step(decay, b, ig, m_state, m_next, STABILIZE)
