@@ -329,9 +329,11 @@ def _mean_causal_tiles(chunk: int, outer_block: int, inner_block: int) -> float:
     return (outer_tiles + 1) / 2 * outer_block / inner_block
 
 
-def _output_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
+def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: bool = False) -> Launch:
     """`chunk_outputs_kernel`: per chunk (Dv/BV) x (L/(BLQ Q_TILES)) programs, each Q_TILES query tiles:
-    Qbar C over Dqk/BK blocks, then the key/value tiles up to the diagonal."""
+    Qbar C over Dqk/BK blocks, then the key/value tiles up to the diagonal. reload_query: the query
+    tile's Dqk blocks are loaded again for every key/value tile (the reference's output kernel); ours keeps
+    the last block loaded."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
     qk_blocks = p.head_dim_qk // t.block_qk
@@ -347,10 +349,11 @@ def _output_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
     launch.exp = kv_tiles * t.block_q * t.out_block_kv * exps_per_score
     launch.reductions = kv_tiles * t.block_q * t.out_block_kv if p.variant == "exp" else 0.0
     launch.fma = kv_tiles * t.block_q * (3 * t.out_block_kv + t.out_block_v)
-    launch.l2_bytes = (t.out_q_tiles * qk_blocks * t.block_q * t.block_qk * e
+    query_blocks = (kv_tiles * qk_blocks if reload_query
+                    else t.out_q_tiles * qk_blocks + kv_tiles * (qk_blocks - 1))
+    launch.l2_bytes = (query_blocks * t.block_q * t.block_qk * e
                        + t.out_q_tiles * p.head_dim_qk * t.out_block_v * state_bytes
-                       + kv_tiles * t.out_block_kv * (p.head_dim_qk + t.out_block_v) * e
-                       + kv_tiles * (qk_blocks - 1) * t.block_q * t.block_qk * e)
+                       + kv_tiles * t.out_block_kv * (p.head_dim_qk + t.out_block_v) * e)
     launch.hbm_bytes = (p.rows * p.seq_len * (2 * p.head_dim_qk + p.head_dim_v) * e
                         + p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes)
     launch.store_bytes = p.rows * p.seq_len * p.head_dim_v * e
@@ -505,7 +508,7 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
     launch_list = [
         _gate_launch(problem, chunk, tiling.block_state),
         _recurrence_launch("states", problem, tiling, 4),
-        _output_launch(problem, tiling, 4),
+        _output_launch(problem, tiling, 4, reload_query=True),
     ]
     if problem.mode == "fwdbw":
         launch_list += [
