@@ -10,6 +10,7 @@ time is spent (the device library's METHOD.md: read the resource report first):
 
     python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --variant sig
     python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --set dv_block_v=256
+    python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --reference
 
 Shared memory per program must stay within the H100/H200's 227 KB; spills show as stack bytes, and the
 local-memory loads and stores (LDL/STL) inside each kernel's outermost loop as `loop_local_bytes` (bytes
@@ -235,9 +236,10 @@ def _reference_launches(dqk: int, dv: int, chunk: int) -> list[Launch]:
     v = torch.randn(B, H, T, dv, dtype=torch.bfloat16)
     i, f = torch.randn(B, H, T), torch.randn(B, H, T)
     with captured_launches() as launches:
-        mlstm_siging_chunkwise_fw(q, k, v, i, f, normalize=False, chunk_size=chunk, output_dtype=torch.bfloat16)
-        mlstm_siging_chunkwise_bw(q, k, v, i, f, vecN_out=torch.zeros(B, H, T), matDeltaH_out=torch.randn_like(v),
-                                  normalize=False, chunk_size=chunk)
+        mlstm_siging_chunkwise_fw(q, k, v, i, f, normalize=False, chunk_size=chunk,
+                                  output_dtype=torch.bfloat16)
+        mlstm_siging_chunkwise_bw(q, k, v, i, f, vecN_out=torch.zeros(B, H, T),
+                                  matDeltaH_out=torch.randn_like(v), normalize=False, chunk_size=chunk)
     return launches
 
 
@@ -253,7 +255,8 @@ def _reference_entry(dqk: int, dv: int, chunk: int) -> dict:
             "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
             "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
             "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"],
-            "blocks": {name: launch.arguments[name] for name in REFERENCE_BLOCKS if name in launch.arguments}})
+            "blocks": {name: launch.arguments[name] for name in REFERENCE_BLOCKS
+                       if name in launch.arguments}})
     return {"source": f"mlstm_kernels {version('mlstm_kernels')}", "kernels": kernels}
 
 
@@ -308,15 +311,18 @@ def main() -> None:
     parser.add_argument("--table", action="store_true",
                         help="write the compiled-resources table of the structural model (every default "
                              "tiling of the table's head dims and chunk sizes) instead")
+    parser.add_argument("--reference", action="store_true",
+                        help="the launches of mlstm_kernels' mLSTMsig xl_chunk (the reference) at "
+                             "--dqk, --dv, --chunk instead of ours")
     parser.add_argument("--reference-table", action="store_true",
-                        help="add mlstm_kernels' mLSTMsig xl_chunk (the reference kernel) at the table's head "
-                             "dims and chunk sizes to the table")
+                        help="add mlstm_kernels' mLSTMsig xl_chunk (the reference kernel) at the "
+                             "table's head dims and chunk sizes to the table")
     args = parser.parse_args()
     if args.table or args.reference_table:
         (write_table if args.table else write_reference_table)()
         return
     print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}")
-    for launch in _launches(args):
+    for launch in (_reference_launches(args.dqk, args.dv, args.chunk) if args.reference else _launches(args)):
         row = resources(launch)
         flag = "  over the 227 KB limit" if row["shared_kb"] > SHARED_LIMIT_KB else ""
         print(f"{row['kernel']:<26}{row.get('num_warps', 4):>6}{row.get('num_stages', 3):>7}"

@@ -222,7 +222,8 @@ def test_the_reference_is_modelled_from_its_launches():
     assert by_name["dQ"].programs == 1 * 2 * 64 * 128  # (Dqk / 128) x (L / 64) x NC x B*H
     assert by_name["dV"].programs == 2 * 2 * 64 * 128  # (Dv / 128) x (L / 64) x NC x B*H
     assert by_name["output"].compiled["registers"] == 255
-    assert all(launch.compiled is not None for launch in launch_list if launch.name in structural.REFERENCE_KERNELS)
+    assert all(launch.compiled is not None for launch in launch_list
+               if launch.name in structural.REFERENCE_KERNELS)
 
 
 def test_a_stale_reference_entry_falls_back_to_the_rule(monkeypatch):
@@ -246,7 +247,8 @@ def test_new_calibration_figures_are_used_and_their_absence_keeps_todays_rule(ra
     blocks["pointwise"]["row_reduce_elements_per_s"] = blocks["pointwise"]["fma_elements_per_s"] / 4
     assert structural.predict(exp, "xl_chunk", 128, structural.Rates(blocks)).seconds > before
     launch = structural.Launch("fused", 1000, 8, 2, 64 * 64, 32 * 1024, kernel="k", loop_trips=10)
-    launch.compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800, "loop_local_bytes": 1000}
+    launch.compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800,
+                       "loop_local_bytes": 1000}
     today = structural.launch_time(launch, rates).compute_s
     blocks["spills"] = {"local_bytes_per_s": blocks["memory"]["l2_read_bytes_per_s"] / 4}
     assert structural.launch_time(launch, structural.Rates(blocks)).compute_s > today

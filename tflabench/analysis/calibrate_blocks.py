@@ -257,7 +257,8 @@ def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) ->
         seconds = timer(lambda exp=exp: _pointwise_kernel[(programs,)](
             x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols, EXP=exp))
         rates[name] = elements / seconds
-    seconds = timer(lambda: _row_reduce_kernel[(programs,)](x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols))
+    seconds = timer(lambda: _row_reduce_kernel[(programs,)](x, out, sizes.pointwise_iters, ROWS=rows,
+                                                            COLS=cols))
     rates["row_reduce_elements_per_s"] = elements / seconds
     return rates
 
