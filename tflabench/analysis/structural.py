@@ -8,7 +8,8 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
 
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
     compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate
-                   + spilled bytes x (L2 share / l2_rate + HBM share / hbm_rate))
+                   [+ reductions / row_reduce_rate, mLSTMexp, with a calibration that has it]
+                   + spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate))
     memory  = n * max(HBM bytes / hbm_rate(c), L2 bytes / l2_rate) + n * stored bytes / store_rate
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
 
@@ -18,9 +19,9 @@ the calibration's one-program-per-SM and full-grid figures; r and the spills fro
 pass is the sum of its launches.
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
-(the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk: the TFLA structure with its
-own tiles, fp32 states, one pipeline stage). Equations, occupancy rule and limits:
-docs/performance-model.md.
+(the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk as its launchers launch it:
+its own tiles and backward order, fp32 states, one pipeline stage, its compiled registers from the same
+table, `--reference-table`). Equations, occupancy rule and limits: docs/performance-model.md.
 """
 
 from __future__ import annotations
