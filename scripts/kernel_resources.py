@@ -10,6 +10,7 @@ time is spent (the device library's METHOD.md: read the resource report first):
 
     python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --variant sig
     python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --set dv_block_v=256
+    python scripts/kernel_resources.py --dqk 128 --dv 256 --chunk 128 --reference
 
 Shared memory per program must stay within the H100/H200's 227 KB; spills show as stack bytes, and the
 local-memory loads and stores (LDL/STL) inside each kernel's outermost loop as `loop_local_bytes` (bytes
@@ -17,9 +18,12 @@ per thread per trip of that loop, read from the SASS).
 
 `--table` compiles the default tilings over the head dims and chunk sizes the structural performance model
 is checked and plotted at and writes them to `tflabench/analysis/compiled_resources.json` (a few minutes on
-two cores); the model reads registers, shared memory and loop spills from it (docs/performance-model.md):
+two cores); the model reads registers, shared memory and loop spills from it (docs/performance-model.md).
+`--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
+from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
 
     python scripts/kernel_resources.py --table
+    python scripts/kernel_resources.py --reference-table
 """
 
 from __future__ import annotations
@@ -226,6 +230,64 @@ def _table_entry_or_none(*config) -> dict | None:
     return entry
 
 
+#: chunk sizes of the reference kernel's table entries (mlstm_kernels' mLSTMsig xl_chunk runs multiples of 64)
+REFERENCE_CHUNKS = (64, 128, 256, 512)
+#: constexpr arguments of the reference's kernels that fix its tiles and loops
+REFERENCE_BLOCKS = ("L", "siz_b_LQ", "siz_b_LKV", "siz_b_DHQK", "siz_b_DHHV", "save_states_every_nth_chunk")
+
+
+def _reference_launches(dqk: int, dv: int, chunk: int) -> list[Launch]:
+    """The launches of one forward and one backward pass of mlstm_kernels' mLSTMsig xl_chunk as the bench
+    calls it (normalize=False, bf16 outputs, states recomputed in the backward) at two chunks of 2 heads."""
+    from mlstm_kernels.torch.chunkwise.triton_xl_chunk_siging.bw import mlstm_siging_chunkwise_bw
+    from mlstm_kernels.torch.chunkwise.triton_xl_chunk_siging.fw import mlstm_siging_chunkwise_fw
+
+    B, H, T = 1, 2, max(2 * chunk, 256)  # its heuristics need T >= 128 to keep the chunk size
+    q, k = (torch.randn(B, H, T, dqk, dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(B, H, T, dv, dtype=torch.bfloat16)
+    i, f = torch.randn(B, H, T), torch.randn(B, H, T)
+    with captured_launches() as launches:
+        mlstm_siging_chunkwise_fw(q, k, v, i, f, normalize=False, chunk_size=chunk,
+                                  output_dtype=torch.bfloat16)
+        mlstm_siging_chunkwise_bw(q, k, v, i, f, vecN_out=torch.zeros(B, H, T),
+                                  matDeltaH_out=torch.randn_like(v), normalize=False, chunk_size=chunk)
+    return launches
+
+
+def _reference_entry(dqk: int, dv: int, chunk: int) -> dict:
+    """Per kernel of the reference's launches: what `resources` reports and the tile constexprs it was
+    launched with (`REFERENCE_BLOCKS`); the first launch of a kernel stands for its repeats."""
+    from importlib.metadata import version
+
+    kernels = {}
+    for launch in _reference_launches(dqk, dv, chunk):
+        row = resources(launch)
+        kernels.setdefault(row["kernel"], {
+            "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
+            "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
+            "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"],
+            "blocks": {name: launch.arguments[name] for name in REFERENCE_BLOCKS
+                       if name in launch.arguments}})
+    return {"source": f"mlstm_kernels {version('mlstm_kernels')}", "kernels": kernels}
+
+
+def write_reference_table(path: str = TABLE_PATH) -> None:
+    """Compile the reference's launches at the table's head dims and `REFERENCE_CHUNKS` and add them to the
+    table as `reference/sig/<Dqk>x<Dv>/L<chunk>` (our entries are kept)."""
+    import json
+
+    configs = [(dqk, dv, chunk) for dqk, dv in TABLE_HEAD_DIMS for chunk in REFERENCE_CHUNKS]
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        compiled = pool.starmap(_reference_entry, configs)
+    with open(path) as file:
+        table = json.load(file)
+    table["entries"].update({"reference/sig/{}x{}/L{}".format(*config): entry
+                             for config, entry in zip(configs, compiled, strict=True)})
+    with open(path, "w") as file:
+        json.dump(table, file, indent=1, sort_keys=True)
+        file.write("\n")
+
+
 def write_table(path: str = TABLE_PATH) -> None:
     """Compile every (algorithm, variant, head dims, chunk size) of the table and write it as JSON."""
     import json
@@ -236,6 +298,10 @@ def write_table(path: str = TABLE_PATH) -> None:
         compiled = pool.starmap(_table_entry_or_none, configs)
     entries = {"{}/{}/{}x{}/L{}".format(*config): entry
                for config, entry in zip(configs, compiled, strict=True) if entry is not None}
+    if os.path.exists(path):  # the reference's entries (`--reference-table`) are kept
+        with open(path) as file:
+            entries.update({key: entry for key, entry in json.load(file)["entries"].items()
+                            if key.startswith("reference/")})
     table = {"target": f"sm_{HOPPER.arch}", "triton": triton.__version__,
              "command": "python scripts/kernel_resources.py --table", "entries": entries}
     with open(path, "w") as file:
@@ -261,13 +327,20 @@ def main() -> None:
     parser.add_argument("--table", action="store_true",
                         help="write the compiled-resources table of the structural model (every default "
                              "tiling of the table's head dims and chunk sizes) instead")
+    parser.add_argument("--reference", action="store_true",
+                        help="the launches of mlstm_kernels' mLSTMsig xl_chunk (the reference) at "
+                             "--dqk, --dv, --chunk instead of ours")
+    parser.add_argument("--reference-table", action="store_true",
+                        help="add mlstm_kernels' mLSTMsig xl_chunk (the reference kernel) at the "
+                             "table's head dims and chunk sizes to the table")
     args = parser.parse_args()
-    if args.table:
-        write_table()
+    if args.table or args.reference_table:
+        (write_table if args.table else write_reference_table)()
         return
     print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}{'stack B':>8}"
           f"{'programs':>9}{'/SM':>6}")
-    for launch in _launches(args):
+    launches = _reference_launches(args.dqk, args.dv, args.chunk) if args.reference else _launches(args)
+    for launch in launches:
         row = resources(launch)
         flag = "  over the 227 KB limit" if row["shared_kb"] > SHARED_LIMIT_KB else ""
         programs = math.prod(launch.grid)

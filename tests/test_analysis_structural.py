@@ -207,3 +207,48 @@ def test_structural_optimal_chunks_per_head_dim():
     dims, best = plots.structural_optimal_chunks("h100-sxm", 1.0)
     assert dims == list(plots.STRUCTURAL_HEAD_DIMS) and all(chunk >= 16 for chunk in best)
     assert plots.structural_optimal_chunks("a100", 1.0) == ([], [])
+
+
+def test_the_reference_is_modelled_from_its_launches():
+    """mlstm_kernels' xl_chunk: its backward launches state gradients, dV, dK, dQ and one compiled
+    gate-gradient kernel; its dQ and dK blocks are 128 wide at Dqk 128, and the compiled table gives its
+    kernels' registers (its forward output kernel at 255: two programs per SM)."""
+    problem = structural.Problem(8, 8192, 16, 128, 256, mode="fwdbw")
+    launch_list = structural.launches(problem, "reference", 128)
+    names = [launch.name for launch in launch_list]
+    assert names == ["gate cumsum", "states", "output", "gate cumsum", "states (recomputed)",
+                     "state gradients", "dV", "dK", "dQ", "gate grads"]
+    by_name = {launch.name: launch for launch in launch_list}
+    assert by_name["dQ"].programs == 1 * 2 * 64 * 128  # (Dqk / 128) x (L / 64) x NC x B*H
+    assert by_name["dV"].programs == 2 * 2 * 64 * 128  # (Dv / 128) x (L / 64) x NC x B*H
+    assert by_name["output"].compiled["registers"] == 255
+    assert all(launch.compiled is not None for launch in launch_list
+               if launch.name in structural.REFERENCE_KERNELS)
+
+
+def test_a_stale_reference_entry_falls_back_to_the_rule(monkeypatch):
+    """A reference entry compiled with other tiles than `reference_tiling` is ignored."""
+    problem = structural.Problem(8, 8192, 16, 128, 256)
+    entry = structural._compiled_table()["reference/sig/128x256/L128"]
+    assert structural.compiled_kernels(problem, "reference", 128) is not None
+    stale = json.loads(json.dumps(entry))
+    stale["kernels"][structural.REFERENCE_KERNELS["output"]]["blocks"]["siz_b_DHHV"] = 64
+    monkeypatch.setattr(structural, "_compiled_table", lambda: {"reference/sig/128x256/L128": stale})
+    assert structural.compiled_kernels(problem, "reference", 128) is None
+
+
+def test_new_calibration_figures_are_used_and_their_absence_keeps_todays_rule(rates):
+    """The row reductions of mLSTMexp are timed only with ``row_reduce_elements_per_s``; spill traffic hits
+    the cache at ``spills.local_bytes_per_s`` when the calibration has it, else at the L2 load rate."""
+    exp = structural.Problem(8, 8192, 16, 128, 256, variant="exp")
+    assert "row_reduce_elements_per_s" not in rates.blocks["pointwise"]
+    before = structural.predict(exp, "xl_chunk", 128, rates).seconds
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["pointwise"]["row_reduce_elements_per_s"] = blocks["pointwise"]["fma_elements_per_s"] / 4
+    assert structural.predict(exp, "xl_chunk", 128, structural.Rates(blocks)).seconds > before
+    launch = structural.Launch("fused", 1000, 8, 2, 64 * 64, 32 * 1024, kernel="k", loop_trips=10)
+    launch.compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800,
+                       "loop_local_bytes": 1000}
+    today = structural.launch_time(launch, rates).compute_s
+    blocks["spills"] = {"local_bytes_per_s": blocks["memory"]["l2_read_bytes_per_s"] / 4}
+    assert structural.launch_time(launch, structural.Rates(blocks)).compute_s > today

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kernel_resources.py"
 KERNELS = ["gate_cumsum_kernel", "chunk_states_kernel", "chunk_outputs_kernel", "chunk_dq_kernel",
            "chunk_state_grads_kernel", "chunk_dk_kernel", "chunk_dv_kernel"]
@@ -31,3 +33,16 @@ def test_a_tiling_change_reaches_the_compiled_kernel():
     default = resource_rows("--dqk", "32", "--dv", "64", "--chunk", "32")
     wider = resource_rows("--dqk", "32", "--dv", "64", "--chunk", "32", "--set", "num_warps=8")
     assert default["chunk_dq_kernel"][0] == "4" and wider["chunk_dq_kernel"][0] == "8"
+
+
+def test_the_reference_kernels_launches_are_captured_and_compiled():
+    """mlstm_kernels' mLSTMsig xl_chunk: forward recurrence and output, backward recurrences (the forward one
+    again: one row per kernel) and dV, dK, dQ. Needs the peer package (not a CI dependency)."""
+    pytest.importorskip("mlstm_kernels")
+    rows = resource_rows("--reference", "--dqk", "64", "--dv", "64", "--chunk", "64")
+    assert [name.removeprefix("mlstm_siging_chunkwise__") for name in rows] == [
+        "recurrent_fw_C_kernel", "parallel_fw_Hintra_kernel", "recurrent_bw_dC_kernel",
+        "parallel_bw_dV_kernel", "parallel_bw_dK_kernel", "parallel_bw_dQ_kernel"]
+    output = rows["mlstm_siging_chunkwise__parallel_fw_Hintra_kernel"]
+    warps, stages, _shared_kb, registers = output[:4]
+    assert (warps, stages) == ("4", "1") and 0 < int(registers) <= 255

@@ -6,10 +6,13 @@ the whole GPU busy (aggregate rates, all SMs):
 * ``dot``: `tl.dot` FLOP/s at the tile shapes the kernels use, [M, K] x [K, N] with fp32 accumulation, the
   operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops;
 * ``pointwise``: fp32 element rates of the gate arithmetic on a tile: ``exp`` (with two multiply-adds, the
-  shape of the gate matrix exp(b_i - b_j + ig_j)) and plain multiply-add (the rescaling of tiles);
+  shape of the gate matrix exp(b_i - b_j + ig_j)), plain multiply-add (the rescaling of tiles) and
+  ``row_reduce`` (a row max and a row sum with the subtraction and multiply-add that use them, what the
+  mLSTMexp kernels add per score);
 * ``memory``: load and store bandwidth of the access patterns of the kernels: token tiles [rows, head dim]
   of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes) and the [Dqk, Dv] state tiles of
-  a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads);
+  a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads); ``local``: the
+  local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
 * ``launch``: seconds per launch of a back-to-back burst of one-program launches, and seconds per program of
   an (almost) empty kernel with many programs;
 * ``device``: SM count, shared memory and registers per SM, L2 size (what occupancy is computed from).
@@ -53,6 +56,8 @@ class BlockSizes:
     dot_stages: int = 2
     pointwise_tile: tuple[int, int] = (64, 64)
     pointwise_iters: int = 1024
+    spill_tile: tuple[int, int] = (256, 256)  # fp32, 4 warps: 512 elements per thread, about half spilled
+    spill_iters: int = 64
     programs_per_sm: int = 4
     stream_bytes: int = 2**30
     token_shape: tuple[int, int] = (16, 128)  # (heads, head dim) of the token-tile pattern
@@ -68,7 +73,8 @@ class BlockSizes:
     def tiny(cls) -> BlockSizes:
         """Smallest sizes that run every code path (float32, CPU tensors, Triton interpreter)."""
         return cls(dtype=torch.float32, dot_shapes=((16, 16, 16, 4), (16, 32, 16, 4)), dot_iters=2,
-                   dot_stages=1, pointwise_tile=(16, 16), pointwise_iters=2, programs_per_sm=1,
+                   dot_stages=1, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
+                   spill_iters=2, programs_per_sm=1,
                    stream_bytes=2**14, token_shape=(2, 16), token_tile_rows=16, state_shape=(16, 32),
                    state_tile=(16, 16), launch_programs=4, burst=2, repeats=1, device="cpu")
 
@@ -159,6 +165,29 @@ def _pointwise_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.conste
 
 
 @triton.jit
+def _row_reduce_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """ITERS rounds of x <- (x - rowmax(x)) * 0.5 + rowsum(x) * 2^-10 on an fp32 [ROWS, COLS] tile."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    x = tl.load(x_ptr + offs)
+    for _ in range(ITERS):
+        x = (x - tl.max(x, 1)[:, None]) * 0.5 + tl.sum(x, 1)[:, None] * 0.0009765625
+    tl.store(out_ptr + pid * ROWS * COLS + offs, x)
+
+
+@triton.jit
+def _spill_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """ITERS rounds of x <- x * a + b on an fp32 [ROWS, COLS] tile larger than the registers of the
+    program's threads: the compiler keeps the rest in local memory and moves it every round."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    x = tl.load(x_ptr + offs)
+    for it in range(ITERS):
+        x = x * 0.999 + tl.sum(x, 1)[:, None] * 1e-6 + it
+    tl.store(out_ptr + pid * ROWS * COLS + offs, x)
+
+
+@triton.jit
 def _tile_stream_kernel(src_ptr, dst_ptr, sums_ptr, TILES, INNER, OUTER_STRIDE, INNER_STRIDE, COL_BLOCKS,
                         ROW_STRIDE, TILE_STRIDE,
                         ROWS: tl.constexpr, COLS: tl.constexpr, WRITE: tl.constexpr):
@@ -216,7 +245,8 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
 
 
 def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
-    """fp32 elements per second (whole GPU) of an exp with two multiply-adds, and of one multiply-add."""
+    """fp32 elements per second (whole GPU) of an exp with two multiply-adds, of one multiply-add and of a
+    row max and row sum with their subtraction and multiply-add (``row_reduce_elements_per_s``)."""
     programs = _grid_programs(sizes, limits)[0]
     rows, cols = sizes.pointwise_tile
     x = torch.rand(rows * cols, device=sizes.device)
@@ -227,7 +257,31 @@ def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) ->
         seconds = timer(lambda exp=exp: _pointwise_kernel[(programs,)](
             x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols, EXP=exp))
         rates[name] = elements / seconds
+    seconds = timer(lambda: _row_reduce_kernel[(programs,)](x, out, sizes.pointwise_iters, ROWS=rows,
+                                                            COLS=cols))
+    rates["row_reduce_elements_per_s"] = elements / seconds
     return rates
+
+
+def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+    """``local_bytes_per_s``: bytes per second (whole GPU) of the local-memory loads and stores of register
+    spills, with `sizes.programs_per_sm` programs of `_spill_kernel` per SM, 4 warps. Each round stores and
+    loads the spilled part of the tile once: 2 x the compiled kernel's spill bytes per thread (its local
+    memory size); the arithmetic of a round is timed with a tile that fits (half the rows) and
+    subtracted. On the CPU (interpreter) the kernel has no spills and the figure is 0."""
+    programs = _grid_programs(sizes, limits)[0]
+    rows, cols = sizes.spill_tile
+    x = torch.rand(rows * cols, device=sizes.device)
+    out = torch.empty(programs * rows * cols, device=sizes.device)
+
+    def run(tile_rows: int):
+        return _spill_kernel[(programs,)](x, out, sizes.spill_iters, ROWS=tile_rows, COLS=cols, num_warps=4)
+
+    spill_bytes = 4 * (getattr(run(rows), "n_spills", 0) or 0)  # Triton reports 32-bit words
+    seconds = timer(lambda: run(rows)) - 2 * timer(lambda: run(rows // 2))
+    moved = 2 * spill_bytes * 32 * 4 * programs * sizes.spill_iters
+    return {"local_bytes_per_s": moved / seconds if moved and seconds > 0 else 0.0,
+            "spill_bytes_per_thread": spill_bytes}
 
 
 @dataclass(frozen=True)
@@ -356,6 +410,7 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
         "pointwise": measure_pointwise(sizes, limits, timer),
         "memory": measure_memory(sizes, limits, timer),
         "memory_patterns": memory_patterns(sizes),
+        "spills": measure_spills(sizes, limits, timer),
         "launch": measure_launch(sizes, timer),
     }
     blocks["seconds"] = time.perf_counter() - started

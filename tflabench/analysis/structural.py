@@ -8,7 +8,8 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
 
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
     compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate
-                   + spilled bytes x (L2 share / l2_rate + HBM share / hbm_rate))
+                   [+ reductions / row_reduce_rate, mLSTMexp, with a calibration that has it]
+                   + spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate))
     memory  = n * max(HBM bytes / hbm_rate(c), L2 bytes / l2_rate) + n * stored bytes / store_rate
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
 
@@ -18,9 +19,9 @@ the calibration's one-program-per-SM and full-grid figures; r and the spills fro
 pass is the sum of its launches.
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
-(the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk: the TFLA structure with its
-own tiles, fp32 states, one pipeline stage). Equations, occupancy rule and limits:
-docs/performance-model.md.
+(the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk as its launchers launch it:
+its own tiles and backward order, fp32 states, one pipeline stage, its compiled registers from the same
+table, `--reference-table`). Equations, occupancy rule and limits: docs/performance-model.md.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ class Problem:
 @dataclass
 class Launch:
     """One kernel launch: `programs` programs, each doing `dots` ({(M, N, K): count}), `exp` and `fma`
-    fp32 elements, `l2_bytes` of loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores
+    fp32 elements, `reductions` fp32 score elements under a row max and row sum (mLSTMexp), `l2_bytes` of
+    loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores
     `store_bytes` (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and
     stage_bytes (shared memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton
     function) finds its compiled registers, shared memory and loop spills (`compiled`, from
@@ -103,6 +105,7 @@ class Launch:
     dots: dict[tuple[int, int, int], float] = field(default_factory=dict)
     exp: float = 0.0
     fma: float = 0.0
+    reductions: float = 0.0
     l2_bytes: float = 0.0
     hbm_bytes: float = 0.0
     store_bytes: float = 0.0
@@ -186,13 +189,17 @@ def spilled_bytes(launch: Launch) -> float:
 def _spill_seconds_per_byte(launch: Launch, rates: Rates, concurrency: int, hbm_rate: float,
                             l2_rate: float) -> float:
     """Per-SM seconds per spilled byte: the spill stacks of the programs running at once on all SMs
-    (stack bytes x threads x programs) hit L2 for the share of them that fits in it, the rest goes to HBM."""
+    (stack bytes x threads x programs) hit the cache for the share of them that fits in L2, at the
+    calibration's local-memory rate (``spills.local_bytes_per_s``; the L2 load rate in calibrations without
+    it), the rest goes to HBM."""
     if launch.compiled is None or not launch.compiled["stack_bytes"]:
         return 0.0
     running = min(launch.programs, concurrency * rates.sm_count)
     footprint = launch.compiled["stack_bytes"] * 32 * launch.warps * running
     hit = min(1.0, rates.blocks["device"]["l2_bytes"] / footprint)
-    return hit / l2_rate + (1 - hit) / hbm_rate
+    local_rate = rates.blocks.get("spills", {}).get("local_bytes_per_s", 0.0)
+    cached_rate = local_rate / rates.sm_count if local_rate > 0 else l2_rate
+    return hit / cached_rate + (1 - hit) / hbm_rate
 
 
 # ---------------------------------------------------------------------------------------------- time
@@ -229,6 +236,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     pointwise = rates.blocks["pointwise"]
     compute = per_sm * (dot_s + launch.exp * sms / pointwise["exp_elements_per_s"]
                         + launch.fma * sms / pointwise["fma_elements_per_s"])
+    if "row_reduce_elements_per_s" in pointwise:  # calibrations before it leave the reductions untimed
+        compute += per_sm * launch.reductions * sms / pointwise["row_reduce_elements_per_s"]
     hbm_rate = rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
     l2_rate = rates.memory("l2_read") / sms
     compute += per_sm * spilled_bytes(launch) * _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate,
@@ -253,19 +262,29 @@ def _tfla_tiling(problem: Problem, chunk: int, algorithm: str):
 
 
 def reference_tiling(problem: Problem, chunk: int):
-    """mlstm_kernels' xl_chunk tiles as a `Tiling` (docs/performance-model.md#the-reference-kernel):
-    sub-chunks of min(128, L) in its recurrent kernels, 64-token tiles, head-dim blocks of
-    min(64, next_pow2(d)) (128 for the forward value block), one pipeline stage, 4 warps."""
+    """mlstm_kernels' xl_chunk tiles as a `Tiling` (docs/performance-model.md#the-reference-kernel), from
+    its launchers: sub-chunks of min(128, L) in its recurrent kernels, 64-token tiles, head-dim blocks of
+    min(64, next_pow2(d)), value blocks of min(128, next_pow2(Dv)) in the forward output and dV kernels,
+    one pipeline stage, 4 warps. Its dQ and dK blocks (min(128, next_pow2(Dqk))) are
+    `reference_gradient_block`."""
     from tflabench.kernels.mlstm.launch import next_pow2
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
     tile = min(64, chunk)
     qk_block = min(64, next_pow2(problem.head_dim_qk))
     v_block = min(64, next_pow2(problem.head_dim_v))
+    wide_v_block = min(128, next_pow2(problem.head_dim_v))
     return Tiling(chunk=chunk, block_state=min(128, chunk), state_block_qk=qk_block, state_block_v=v_block,
                   block_q=tile, block_kv=tile, block_qk=qk_block, block_v=v_block, num_stages=1,
-                  out_block_kv=tile, out_block_v=min(128, next_pow2(problem.head_dim_v)), out_num_stages=1,
-                  dv_block_v=v_block, dkdv_block_kv=tile)
+                  out_block_kv=tile, out_block_v=wide_v_block, out_num_stages=1,
+                  dv_block_v=wide_v_block, dkdv_block_kv=tile)
+
+
+def reference_gradient_block(problem: Problem) -> int:
+    """Head-dim block of the reference's dQ and dK outputs: min(128, next_pow2(Dqk))."""
+    from tflabench.kernels.mlstm.launch import next_pow2
+
+    return min(128, next_pow2(problem.head_dim_qk))
 
 
 def _state_bytes(problem: Problem, algorithm: str) -> int:
@@ -311,9 +330,11 @@ def _mean_causal_tiles(chunk: int, outer_block: int, inner_block: int) -> float:
     return (outer_tiles + 1) / 2 * outer_block / inner_block
 
 
-def _output_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
+def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: bool = False) -> Launch:
     """`chunk_outputs_kernel`: per chunk (Dv/BV) x (L/(BLQ Q_TILES)) programs, each Q_TILES query tiles:
-    Qbar C over Dqk/BK blocks, then the key/value tiles up to the diagonal."""
+    Qbar C over Dqk/BK blocks, then the key/value tiles up to the diagonal. reload_query: the query
+    tile's Dqk blocks are loaded again for every key/value tile (the reference's output kernel); ours keeps
+    the last block loaded."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
     qk_blocks = p.head_dim_qk // t.block_qk
@@ -327,11 +348,13 @@ def _output_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
     launch.dot(t.block_q, t.out_block_v, t.out_block_kv, kv_tiles)
     exps_per_score = 2 if p.variant == "exp" else 1
     launch.exp = kv_tiles * t.block_q * t.out_block_kv * exps_per_score
+    launch.reductions = kv_tiles * t.block_q * t.out_block_kv if p.variant == "exp" else 0.0
     launch.fma = kv_tiles * t.block_q * (3 * t.out_block_kv + t.out_block_v)
-    launch.l2_bytes = (t.out_q_tiles * qk_blocks * t.block_q * t.block_qk * e
+    query_blocks = (kv_tiles * qk_blocks if reload_query
+                    else t.out_q_tiles * qk_blocks + kv_tiles * (qk_blocks - 1))
+    launch.l2_bytes = (query_blocks * t.block_q * t.block_qk * e
                        + t.out_q_tiles * p.head_dim_qk * t.out_block_v * state_bytes
-                       + kv_tiles * t.out_block_kv * (p.head_dim_qk + t.out_block_v) * e
-                       + kv_tiles * (qk_blocks - 1) * t.block_q * t.block_qk * e)
+                       + kv_tiles * t.out_block_kv * (p.head_dim_qk + t.out_block_v) * e)
     launch.hbm_bytes = (p.rows * p.seq_len * (2 * p.head_dim_qk + p.head_dim_v) * e
                         + p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes)
     launch.store_bytes = p.rows * p.seq_len * p.head_dim_v * e
@@ -405,6 +428,7 @@ def _fused_forward_launch(problem: Problem, chunk: int) -> Launch:
     launch.dot(chunk, bv, chunk, chunks)
     launch.dot(dqk, bv, chunk, chunks)
     launch.exp = chunks * chunk * chunk * (2 if p.variant == "exp" else 1)
+    launch.reductions = chunks * chunk * chunk if p.variant == "exp" else 0.0
     launch.fma = chunks * (chunk * chunk * 3 + dqk * bv + chunk * dqk)
     launch.l2_bytes = chunks * chunk * (2 * dqk + bv) * e
     launch.hbm_bytes = p.rows * p.seq_len * (2 * p.head_dim_qk + p.head_dim_v + 2) * e
@@ -445,6 +469,8 @@ def check_chunk(problem: Problem, algorithm: str, chunk: int) -> None:
 def launches(problem: Problem, algorithm: str, chunk: int) -> list[Launch]:
     """Every kernel launch of one call (forward, and with mode fwdbw the backward too)."""
     check_chunk(problem, algorithm, chunk)
+    if algorithm == "reference":
+        return _reference_launches(problem, chunk)
     state_bytes = _state_bytes(problem, algorithm)
     tiling = _tfla_tiling(problem, chunk, "xl_chunk" if algorithm == "fused_chunk" else algorithm)
     if algorithm == "fused_chunk":
@@ -456,10 +482,62 @@ def launches(problem: Problem, algorithm: str, chunk: int) -> list[Launch]:
             _output_launch(problem, tiling, state_bytes),
         ]
     backward = _tfla_backward(problem, tiling, state_bytes) if problem.mode == "fwdbw" else []
-    if algorithm != "reference":
-        _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk))
-        _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk))
+    _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk))
+    _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk))
     return forward + backward
+
+
+#: the reference's Triton kernels (mLSTMsig) per launch name of the model
+REFERENCE_KERNELS = {
+    "states": "mlstm_siging_chunkwise__recurrent_fw_C_kernel",
+    "states (recomputed)": "mlstm_siging_chunkwise__recurrent_fw_C_kernel",
+    "output": "mlstm_siging_chunkwise__parallel_fw_Hintra_kernel",
+    "state gradients": "mlstm_siging_chunkwise__recurrent_bw_dC_kernel",
+    "dV": "mlstm_siging_chunkwise__parallel_bw_dV_kernel",
+    "dK": "mlstm_siging_chunkwise__parallel_bw_dK_kernel",
+    "dQ": "mlstm_siging_chunkwise__parallel_bw_dQ_kernel",
+}
+
+
+def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
+    """mlstm_kernels' xl_chunk as it launches (its fw.py and bw.py): gate cumsums, state recurrence, output;
+    backward: gate cumsums, states recomputed, state gradients, dV, dK, dQ (dQ and dK with head-dim blocks
+    of `reference_gradient_block`) and its compiled gate-gradient kernel, with the compiled resources of
+    its kernels (mLSTMsig) where the table has them."""
+    tiling = reference_tiling(problem, chunk)
+    gradient_tiling = dataclasses.replace(tiling, block_qk=reference_gradient_block(problem))
+    launch_list = [
+        _gate_launch(problem, chunk, tiling.block_state),
+        _recurrence_launch("states", problem, tiling, 4),
+        _output_launch(problem, tiling, 4, reload_query=True),
+    ]
+    if problem.mode == "fwdbw":
+        launch_list += [
+            _gate_launch(problem, chunk, tiling.block_state),
+            _recurrence_launch("states (recomputed)", problem, tiling, 4),
+            _recurrence_launch("state gradients", problem, tiling, 4),
+            _gradient_launch("dV", problem, tiling, 4),
+            _gradient_launch("dK", problem, gradient_tiling, 4),
+            _gradient_launch("dQ", problem, gradient_tiling, 4),
+            _reference_gate_gradient_launch(problem),
+        ]
+    launch_list[2].loop_trips = _mean_causal_tiles(chunk, tiling.block_q, tiling.out_block_kv)  # its kv loop
+    kernels = compiled_kernels(problem, "reference", chunk) or {}
+    for launch in launch_list:
+        launch.kernel = REFERENCE_KERNELS.get(launch.name, launch.kernel)
+        launch.compiled = kernels.get(launch.kernel)
+    return launch_list
+
+
+def _reference_gate_gradient_launch(problem: Problem) -> Launch:
+    """The reference's gate gradients, one `torch.compile`d kernel: q, k, dQ, dK read once (their
+    products summed over Dqk, then a reverse cumsum over [B*H, T])."""
+    tokens = problem.rows * problem.seq_len
+    launch = Launch("gate grads", max(1, tokens // 1024), 4, 1, 1024, 0)
+    launch.hbm_bytes = 4 * tokens * problem.head_dim_qk * problem.element_bytes
+    launch.l2_bytes = launch.hbm_bytes / launch.programs
+    launch.store_bytes = 2 * tokens * 4
+    return launch
 
 
 def _attach_compiled(launch_list: list[Launch], kernels: dict | None) -> None:
@@ -477,20 +555,35 @@ def _compiled_table() -> dict:
 
 
 def compiled_kernels(problem: Problem, algorithm: str, chunk: int) -> dict | None:
-    """{Triton kernel name: registers, shared_bytes, stack_bytes, loop_local_bytes, ...} of our algorithm's
-    default tiling at this shape compiled for sm_90 (`scripts/kernel_resources.py --table`), or None when
-    the table has no entry or its tiling is not the one the kernels would use now (a stale entry)."""
+    """{Triton kernel name: registers, shared_bytes, stack_bytes, loop_local_bytes, ...} of the algorithm's
+    tiling at this shape compiled for sm_90 (`scripts/kernel_resources.py --table`, `--reference-table`
+    for the reference), or None when the table has no entry or its tiling is not the one the kernels (or
+    the model, for the reference) would use now (a stale entry)."""
     from tflabench.kernels.mlstm.fused_chunk import FusedTiling
 
     entry = _compiled_table().get(f"{algorithm}/{problem.variant}/{problem.head_dim_qk}x{problem.head_dim_v}"
                                   f"/L{chunk}")
     if entry is None:
         return None
+    if algorithm == "reference":
+        return entry["kernels"] if _reference_entry_matches(entry, reference_tiling(problem, chunk)) else None
     if algorithm == "fused_chunk":
         tiling = FusedTiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant)
     else:
         tiling = _tfla_tiling(problem, chunk, algorithm)
     return entry["kernels"] if entry["tiling"] == dataclasses.asdict(tiling) else None
+
+
+def _reference_entry_matches(entry: dict, tiling) -> bool:
+    """Whether the reference's compiled launches have the tiles `reference_tiling` models (its output
+    kernel's query, key/value and value blocks, its recurrence's sub-chunk and state blocks)."""
+    blocks = {name: kernel.get("blocks", {}) for name, kernel in entry["kernels"].items()}
+    output = blocks.get(REFERENCE_KERNELS["output"], {})
+    states = blocks.get(REFERENCE_KERNELS["states"], {})
+    return (output.get("siz_b_LQ"), output.get("siz_b_LKV"), output.get("siz_b_DHHV"),
+            states.get("L"), states.get("siz_b_DHQK"), states.get("siz_b_DHHV")) == (
+        tiling.block_q, tiling.out_block_kv, tiling.out_block_v, tiling.block_state, tiling.state_block_qk,
+        tiling.state_block_v)
 
 
 @dataclass(frozen=True)
