@@ -23,6 +23,13 @@ def test_rule_takes_fused_chunk_when_its_programs_fill_the_gpu():
     assert "256 programs" in picked.reason and "rule" in picked.reason
 
 
+def test_rule_never_takes_the_fused_forward_of_mlstmexp():
+    """The same shape as above for mLSTMexp: its fused forward lost every measured group."""
+    picked = choose(Shape(8, 4096, 32, 64, 64), variant="exp", sm_count=H100_SMS)
+    assert (picked.algorithm, picked.chunk_size) == ("xl_chunk", choice.XL_CHUNK_DEFAULT)
+    assert "mLSTMexp fused forward lost" in picked.reason
+
+
 def test_rule_takes_tfla_when_the_gpu_would_be_under_filled():
     """1 x 16 heads x 4 value blocks = 64 fused programs < 198."""
     picked = choose(Shape(1, 65536, 16, 128, 256), sm_count=H100_SMS)

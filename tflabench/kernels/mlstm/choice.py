@@ -31,6 +31,9 @@ FUSED_PROGRAMS_PER_SM = 1.5
 #: the fused forward keeps a [Dqk, value block] state tile on chip: up to this padded Dqk (at Dqk 256 its
 #: value blocks shrink to 32 columns and it ran 1.8x slower than TFLA with 7.8 programs per SM)
 FUSED_MAX_HEAD_DIM_QK = 128
+#: variants whose fused forward the rule never picks: mLSTMexp's lost every group of the tfla-grid runs
+#: (results/grid-h100, results/grid-h200: 4-17x slower than its TFLA forward; it spills registers)
+FUSED_LOSING_VARIANTS = ("exp",)
 #: SMs assumed when the device is not a CUDA GPU (an H100 SXM)
 DEFAULT_SM_COUNT = 132
 TABLE = "choices.json"
@@ -88,7 +91,7 @@ def choose(shape: Shape, *, variant: str = "sig", training: bool = True, gpu: st
     measured = _measured_choice(shape, variant, training, gpu_key(gpu), algorithm, chunk_size)
     if measured is not None:
         return measured
-    return _rule(shape, sm_count, algorithm, chunk_size, chunk_sizes)
+    return _rule(shape, variant, sm_count, algorithm, chunk_size, chunk_sizes)
 
 
 def choose_for_call(q: Tensor, v: Tensor, *, variant: str, algorithm: str, chunk_size: int | None,
@@ -130,10 +133,14 @@ def _chunk_sizes(seq_len: int) -> list[int]:
     return [1 << e for e in range(4, seq_len.bit_length()) if seq_len % (1 << e) == 0]
 
 
-def _rule(shape: Shape, sm_count: int, algorithm: str, chunk_size: int | None,
+def _rule(shape: Shape, variant: str, sm_count: int, algorithm: str, chunk_size: int | None,
           chunk_sizes: list[int]) -> Choice:
     """The choice for a shape or GPU the table has not measured."""
-    if algorithm == "auto":
+    if algorithm == "auto" and variant in FUSED_LOSING_VARIANTS:
+        algorithm = "xl_chunk"
+        reason = (f"rule: the mLSTM{variant} fused forward lost to TFLA in every group of the tfla-grid runs "
+                  "(4-17x slower on H100 and H200)")
+    elif algorithm == "auto":
         programs = fused_programs(shape)
         fits = next_pow2(shape.head_dim_qk) <= FUSED_MAX_HEAD_DIM_QK and (chunk_size or 0) <= FUSED_CHUNK_MAX
         if fits and programs >= FUSED_PROGRAMS_PER_SM * sm_count:
