@@ -229,22 +229,18 @@ def test_matches_reference_from_an_initial_state(variant, normalize, algorithm, 
 def test_fused_chunk_with_its_own_backward_kernels(variant, normalize, chunk_size, gates, initial_state):
     """`fused_chunk`'s default backward is TFLA's (covered through ALGORITHMS); its own backward kernels
     (state gradients on chip), with a head dim that is not a power of two (Dqk 48: padded to 64)."""
-    shape = replace(SMALL, head_dim_qk=48, batch=2)
-    problem = make_problem(seed=14 + chunk_size, shape=shape, gates=gates, initial_state=initial_state)
-    cell = dict(variant=variant, normalize=normalize, eps=EPS)
-    tiling = replace(FusedTiling.default(chunk_size, shape.head_dim_qk, shape.head_dim_v), backward="fused")
-    kernel = run(partial(mlstm_fused_chunk, **cell, chunk_size=chunk_size, tiling=tiling), problem, F32)
-    assert_close(kernel, run_reference(problem, **cell))
+    _fused_against_reference(variant, normalize, chunk_size, gates, initial_state, 14 + chunk_size,
+                             backward="fused")
 
 
-def _fused_with_tfla_backward(variant, normalize, chunk_size, gates, initial_state, lean_gate, seed):
-    """fused_chunk's forward (`lean_gate` or the default gates) and TFLA's backward against the float64
-    reference, Dqk 48 padded to 64."""
+def _fused_against_reference(variant, normalize, chunk_size, gates, initial_state, seed, **tiling_fields):
+    """fused_chunk with its default tiling changed by ``tiling_fields`` against the float64 reference,
+    every output and gradient, Dqk 48 padded to 64."""
     shape = replace(SMALL, head_dim_qk=48, batch=2)
     problem = make_problem(seed=seed, shape=shape, gates=gates, initial_state=initial_state)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     tiling = replace(FusedTiling.default(chunk_size, shape.head_dim_qk, shape.head_dim_v, variant=variant),
-                     lean_gate=lean_gate)
+                     **tiling_fields)
     kernel = run(partial(mlstm_fused_chunk, **cell, chunk_size=chunk_size, tiling=tiling), problem, F32)
     assert_close(kernel, run_reference(problem, **cell))
 
@@ -255,7 +251,8 @@ def _fused_with_tfla_backward(variant, normalize, chunk_size, gates, initial_sta
 def test_fused_chunk_with_the_lean_gate_forward(variant, normalize, chunk_size, gates, initial_state):
     """The `lean_gate` forward (the running max as a scan over [L], no live [L, L] log-gate): every
     gradient through TFLA's backward."""
-    _fused_with_tfla_backward(variant, normalize, chunk_size, gates, initial_state, True, 31 + chunk_size)
+    _fused_against_reference(variant, normalize, chunk_size, gates, initial_state, 31 + chunk_size,
+                             lean_gate=True)
 
 
 @pytest.mark.xfail(strict=True, reason="known defect: fused_chunk's forward + TFLA's backward give df with "
@@ -263,7 +260,7 @@ def test_fused_chunk_with_the_lean_gate_forward(variant, normalize, chunk_size, 
 @pytest.mark.parametrize("lean_gate", [False, True])
 @pytest.mark.parametrize("variant, normalize", CELLS)
 def test_fused_chunk_df_at_forget_gates_near_0(variant, normalize, lean_gate):
-    _fused_with_tfla_backward(variant, normalize, 16, "forget-gate-near-0", False, lean_gate, 47)
+    _fused_against_reference(variant, normalize, 16, "forget-gate-near-0", False, 47, lean_gate=lean_gate)
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)

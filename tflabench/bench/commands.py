@@ -166,6 +166,11 @@ class Scheduling:
         """The cluster to join, or None for a local instance."""
         return None if self.ray in (None, LOCAL_RAY) else self.ray
 
+    @property
+    def uses_ray(self) -> bool:
+        """Whether the points run as Ray tasks (``--ray`` or ``--gpus``)."""
+        return self.ray is not None or self.gpus is not None
+
 
 @dataclass(frozen=True)
 class SweepPlan:
@@ -206,7 +211,7 @@ def _visible_gpus(scheduling: Scheduling, device: str) -> str | None:
     ``--gpus``, or None."""
     if scheduling.gpu_models is not None and scheduling.ray is None:
         raise InputError("--gpu-models picks GPU models of a Ray cluster: pass --ray as well")
-    if scheduling.ray is None and scheduling.gpus is None:
+    if not scheduling.uses_ray:
         return None
     from tflabench.bench.ray_engine import check_ray_options
 
@@ -216,7 +221,7 @@ def _visible_gpus(scheduling: Scheduling, device: str) -> str | None:
 def _scheduler(plan: SweepPlan):
     """Ray's scheduler for --ray / --gpus, else None (the sweep's own process measures)."""
     scheduling = plan.scheduling
-    if scheduling.ray is None and scheduling.gpus is None:
+    if not scheduling.uses_ray:
         return None
     from tflabench.bench.ray_engine import ray_scheduler
 
