@@ -54,7 +54,7 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert set(blocks["memory"]) == {f"{pattern}_bytes_per_s" for pattern in patterns}
     assert set(blocks["memory_patterns"]) == {"token", "state"}
     assert set(blocks["launch"]) == {"launch_s", "program_s"}
-    assert set(blocks["spills"]) == {"local_bytes_per_s", "spill_bytes_per_thread"}
+    assert set(blocks["spills"]) == {"local_bytes_per_s", "spill_bytes_per_thread", "spill_seconds"}
     assert blocks["seconds"] > 0
 
 

@@ -267,21 +267,22 @@ def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> di
     """``local_bytes_per_s``: bytes per second (whole GPU) of the local-memory loads and stores of register
     spills, with `sizes.programs_per_sm` programs of `_spill_kernel` per SM, 4 warps. Each round stores and
     loads the spilled part of the tile once: 2 x the compiled kernel's spill bytes per thread (its local
-    memory size); the arithmetic of a round is timed with a tile that fits (half the rows) and
-    subtracted. On the CPU (interpreter) the kernel has no spills and the figure is 0."""
+    memory size). The same arithmetic without spills, a quarter of the rows in four times the programs
+    (a half tile still spills on sm_90), is timed and subtracted. On the CPU (interpreter) the kernel has
+    no spills and the figure is 0."""
     programs = _grid_programs(sizes, limits)[0]
     rows, cols = sizes.spill_tile
     x = torch.rand(rows * cols, device=sizes.device)
     out = torch.empty(programs * rows * cols, device=sizes.device)
 
-    def run(tile_rows: int):
-        return _spill_kernel[(programs,)](x, out, sizes.spill_iters, ROWS=tile_rows, COLS=cols, num_warps=4)
+    def run(tile_rows: int, grid: int):
+        return _spill_kernel[(grid,)](x, out, sizes.spill_iters, ROWS=tile_rows, COLS=cols, num_warps=4)
 
-    spill_bytes = 4 * (getattr(run(rows), "n_spills", 0) or 0)  # Triton reports 32-bit words
-    seconds = timer(lambda: run(rows)) - 2 * timer(lambda: run(rows // 2))
+    spill_bytes = 4 * (getattr(run(rows, programs), "n_spills", 0) or 0)  # Triton reports 32-bit words
+    seconds = timer(lambda: run(rows, programs)) - timer(lambda: run(rows // 4, 4 * programs))
     moved = 2 * spill_bytes * 32 * 4 * programs * sizes.spill_iters
     return {"local_bytes_per_s": moved / seconds if moved and seconds > 0 else 0.0,
-            "spill_bytes_per_thread": spill_bytes}
+            "spill_bytes_per_thread": spill_bytes, "spill_seconds": seconds}
 
 
 @dataclass(frozen=True)
