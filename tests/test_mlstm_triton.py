@@ -30,12 +30,12 @@ import triton.language as tl
 from torch import Tensor
 
 from tflabench.kernels import mlstm
-from tflabench.kernels.mlstm import tilings
+from tflabench.kernels.mlstm import tilings, xl_chunk
 from tflabench.kernels.mlstm.choice import Shape
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling, mlstm_fused_chunk
 from tflabench.kernels.mlstm.reference import mlstm_parallel, mlstm_recurrent, parallel_form_initial_state
 from tflabench.kernels.mlstm.triton_fwd import chunk_program
-from tflabench.kernels.mlstm.xl_chunk import Tiling, _chunk_launch, mlstm_xl_chunk
+from tflabench.kernels.mlstm.xl_chunk import Tiling, _chunk_launch, _gate_cumsums, mlstm_xl_chunk
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1",
@@ -212,6 +212,43 @@ def test_matches_reference_for_extreme_gates(variant, normalize, algorithm, gate
     assert_close(kernel, run_reference(problem, **cell))
 
 
+@pytest.mark.parametrize("gates", list(GATES))
+@pytest.mark.parametrize("prefix_max", [True, False], ids=["prefix-max", "online-max"])
+def test_exp_output_kernel_stabilizer(gates, prefix_max):
+    """mLSTMexp's output kernel with m_comb from the gate kernel's prefix max (the default) and with the
+    online max over key/value tiles (`out_prefix_max=False`), two key/value tiles per query tile, the gate
+    kernel's prefix max carried across two sub-chunks (block_state 16) and an initial state (m_0 enters
+    the max): every output and gradient against the float64 reference."""
+    problem = make_problem(seed=3, shape=replace(SMALL, batch=2), gates=gates, initial_state=True)
+    tiling = replace(Tiling.default(32, SMALL.head_dim_qk, SMALL.head_dim_v, variant="exp"), out_block_kv=16,
+                     block_state=16, out_prefix_max=prefix_max)
+    cell = dict(variant="exp", normalize=None, eps=EPS)
+    kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=32, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("gates", ["moderate", "forget-gate-near-0"])
+def test_exp_stabilizer_from_the_prefix_max_equals_the_online_max(gates):
+    """The gate kernel's prefix max g is the running max of ig - b within each chunk (over four sub-chunks
+    of 8), and the output kernel's m_comb built from it equals the online max's m_comb (the outputs alone
+    cannot tell: the stabilizer cancels in h)."""
+    problem = make_problem(seed=4, shape=replace(SMALL, batch=2), gates=gates, initial_state=True)
+    q, k, v, i, f = (problem.inputs[name] for name in "qkvif")
+    B, T, H, _ = q.shape
+    chunk = 32
+    tiling = replace(Tiling.default(chunk, SMALL.head_dim_qk, SMALL.head_dim_v, variant="exp"), block_state=8)
+    b, ig, g = _gate_cumsums(i, f, tiling, sig=False, prefix_max=True)
+    running_max = (ig - b).view(B * H, T // chunk, chunk).cummax(-1).values.view(B * H, T)
+    torch.testing.assert_close(g, running_max, rtol=0, atol=0)
+    initial = tuple(state.float() for state in problem.initial_state)
+    m_combs = [
+        xl_chunk._forward(q, k, v, i, f, initial, replace(tiling, out_prefix_max=prefix_max), False, True,
+                          EPS, torch.float32).m_comb
+        for prefix_max in (True, False)
+    ]
+    torch.testing.assert_close(m_combs[0], m_combs[1], rtol=1e-6, atol=1e-4)
+
+
 @pytest.mark.parametrize("variant, normalize", CELLS)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("gates", ["moderate", "input-gate-near-minus-10"])
@@ -246,13 +283,15 @@ def _fused_against_reference(variant, normalize, chunk_size, gates, initial_stat
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("lean_gate", [True, False], ids=["lean-gate", "masked-gate"])
 @pytest.mark.parametrize("chunk_size, gates, initial_state", [
     (32, "input-gate-near-minus-10", True), (64, "moderate", True), (64, "moderate", False)])
-def test_fused_chunk_with_the_lean_gate_forward(variant, normalize, chunk_size, gates, initial_state):
-    """The `lean_gate` forward (the running max as a scan over [L], no live [L, L] log-gate): every
-    gradient through TFLA's backward."""
+def test_fused_chunk_with_either_gate_forward(variant, normalize, lean_gate, chunk_size, gates,
+                                              initial_state):
+    """The `lean_gate` forward (the running max as a scan over [L], no live [L, L] log-gate; mLSTMexp's
+    default) and the masked [L, L] log-gate (mLSTMsig's): every gradient through TFLA's backward."""
     _fused_against_reference(variant, normalize, chunk_size, gates, initial_state, 31 + chunk_size,
-                             lean_gate=True)
+                             lean_gate=lean_gate)
 
 
 @pytest.mark.xfail(strict=True, reason="known defect: fused_chunk's forward + TFLA's backward give df with "
@@ -373,14 +412,22 @@ def test_matches_reference_with_a_non_default_tiling(variant, normalize, tiling)
     assert_close(kernel, run_reference(problem, **cell))
 
 
-SMALL_HEAD_BACKWARD_TILINGS = [name for name in tilings.NAMED if name.startswith("bwd-small-")]
+def _differs_from_the_default_at_64(name: str) -> bool:
+    options = tilings.launch_options("xl_chunk", name, chunk=64, head_dim_qk=64, head_dim_v=64, variant="sig")
+    return options["tiling"] != Tiling.default(64, 64, 64, variant="sig")
+
+
+#: the backward tilings for Dqk = Dv = 64 other than the default there (which is "bwd-small-dkdv")
+SMALL_HEAD_BACKWARD_TILINGS = [name for name in tilings.NAMED
+                               if name.startswith("bwd-") and _differs_from_the_default_at_64(name)]
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)
 @pytest.mark.parametrize("name", SMALL_HEAD_BACKWARD_TILINGS)
 def test_named_small_head_dim_backward_tilings_match_the_reference(variant, normalize, name):
-    """The backward candidates for Dqk = Dv = 64 (`tilings.NAMED` "bwd-small-*"), at those head dims and
-    L = 64 over two chunks: every gradient and the final state against the float64 reference."""
+    """The backward tilings for Dqk = Dv = 64 (`tilings.NAMED` "bwd-*": the split dK / dV kernels, one stage,
+    smaller state tiles), at those head dims and L = 64 over two chunks: every gradient and the final
+    state against the float64 reference."""
     assert SMALL_HEAD_BACKWARD_TILINGS
     shape = replace(SMALL, seq_len=128, heads=1, head_dim_qk=64, head_dim_v=64)
     problem = make_problem(seed=11, shape=shape, initial_state=True)

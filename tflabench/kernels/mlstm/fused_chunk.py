@@ -40,8 +40,9 @@ class FusedTiling:
     keep a [BK, Dv] state tile), dv_block_v (BV of the dV program, a [Dqk, BV] tile), bwd_num_warps,
     bwd_num_stages. backward: "tfla" (TFLA's backward kernels, `xl_chunk.tfla_backward`, fed with this
     forward's row statistics) or "fused" (the kernels of `triton_fused`, state gradients on chip).
-    lean_gate: the forward's intra-chunk gates without a live [L, L] log-gate (`triton_fused._lean_gates`:
-    fewer spilled bytes in the mLSTMexp forward by the sm_90 resource report, not yet timed).
+    lean_gate: the forward's intra-chunk gates without a live [L, L] log-gate (`triton_fused._lean_gates`),
+    the mLSTMexp default (see `default`); mLSTMsig keeps the masked log-gate (`_masked_gates`) until the
+    lean one is timed there.
     `FusedTiling.default` is the measured choice: the TFLA backward, 1.3-7x faster than the fused one on
     every shape measured (results/perf-log.md, v6).
     """
@@ -64,11 +65,14 @@ class FusedTiling:
 
         The mLSTMexp forward runs 8 warps: it keeps the running max and the normalizer on chip besides the
         state, and at 4 warps spills 520-1752 bytes per thread at L = 64 (`scripts/kernel_resources.py
-        --algorithm fused_chunk`), 200-776 at 8 warps; results/perf-log.md (v6) has the timings.
+        --algorithm fused_chunk`), 200-776 at 8 warps; results/perf-log.md (v6) has the timings. Its gates
+        are the lean ones: 26-28 % faster at 32 x 64/64 and 44-46 % at 16 x 128/256 (L = 64, T = 2k and
+        8k, forward, H100: results/h100/ab-exp-fused-lean-gate).
         """
         value_block, qk_block = fused_state_blocks(head_dim_qk, head_dim_v)
-        return cls(chunk=chunk, block_v=value_block, num_warps=8 if variant == "exp" else 4,
-                   dq_block_qk=qk_block, dk_block_qk=qk_block, dv_block_v=value_block)
+        exp = variant == "exp"
+        return cls(chunk=chunk, block_v=value_block, num_warps=8 if exp else 4, dq_block_qk=qk_block,
+                   dk_block_qk=qk_block, dv_block_v=value_block, lean_gate=exp)
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         if self.chunk > FUSED_CHUNK_MAX:

@@ -54,6 +54,9 @@ NAMED: dict[str, dict[str, Any]] = {
     "out-s1-q1": {"out_num_stages": 1, "out_q_tiles": 1},
     "out-kv32-q1": {"out_block_kv": 32, "out_q_tiles": 1},
     "out-kv32-s1": {"out_block_kv": 32, "num_stages": 1, "out_num_stages": 1},
+    # mLSTMexp's output kernel with the online max over key/value tiles (the v6 kernel) instead of the
+    # gate kernel's prefix max
+    "out-online-max": {"out_prefix_max": False},
     # the backward's dV kernel (K Q^T computed once per key tile for dv_block_v columns) and dK + dV fused
     "dv-v128": {"dv_block_v": 128},
     "dv-v256": {"dv_block_v": 256},
@@ -65,10 +68,14 @@ NAMED: dict[str, dict[str, Any]] = {
     "bwd-small-s1": {"num_stages": 1},
     "bwd-small-dkdv-state32": {"fused_dkdv": True, "dkdv_num_warps": 4, "dkdv_num_stages": 2,
                                "state_block_qk": 32},
+    # the split dK and dV kernels (the default before bwd-small-dkdv became the default at head dims <= 64)
+    "bwd-split": {"fused_dkdv": False},
     # fused_chunk: the backward with the state gradients on chip instead of TFLA's
     "fused-backward": {"backward": "fused"},
-    # fused_chunk: the forward's gates without a live [L, L] log-gate (perf-log, "Prepared candidates")
+    # fused_chunk: the forward's gates without a live [L, L] log-gate (the mLSTMexp default since its A/B),
+    # and with the masked [L, L] log-gate (mLSTMsig's default)
     "fused-lean-gate": {"lean_gate": True},
+    "fused-masked-gate": {"lean_gate": False},
 }
 
 

@@ -25,7 +25,7 @@ DV_P) with masked loads and stores. Tensors: q, k [B, T, H, Dqk]; v, h, dh [B, T
 import triton
 import triton.language as tl
 
-from tflabench.kernels.mlstm.triton_fwd import _log_sigmoid
+from tflabench.kernels.mlstm.triton_fwd import _log_sigmoid, _maximum
 
 
 @triton.jit
@@ -67,12 +67,6 @@ def _intra_gate(b_rows, m_comb, b_cols, ig_cols, rows, cols):
     """[len(rows), len(cols)] causal gate exp(b_i - m_comb_i - b_j + ig_j) (zero where j > i)."""
     gate_log = b_rows[:, None] - m_comb[:, None] - b_cols[None, :] + ig_cols[None, :]
     return tl.exp(tl.where(rows[:, None] >= cols[None, :], gate_log, float("-inf")))
-
-
-@triton.jit
-def _maximum(a, b):
-    """Combine function of a running max (`tl.associative_scan`)."""
-    return tl.maximum(a, b)
 
 
 @triton.jit

@@ -53,29 +53,44 @@ def _log_sigmoid(x):
 
 
 @triton.jit
+def _maximum(a, b):
+    """Combine function of a running max (`tl.associative_scan`)."""
+    return tl.maximum(a, b)
+
+
+@triton.jit
 def gate_cumsum_kernel(
-    i_ptr, f_ptr, b_ptr, ig_ptr,
+    i_ptr, f_ptr, b_ptr, ig_ptr, g_ptr,
     stride_gate_b, stride_gate_t, stride_gate_h,
     T, H,
-    L: tl.constexpr, BL: tl.constexpr, SIG_INPUT_GATE: tl.constexpr,
+    L: tl.constexpr, BL: tl.constexpr, SIG_INPUT_GATE: tl.constexpr, PREFIX_MAX: tl.constexpr,
 ):
-    """Grid (NC, B*H). i, f: [B, T, H] pre-activations. b, ig: [B*H, T] fp32 outputs."""
+    """Grid (NC, B*H). i, f: [B, T, H] pre-activations. b, ig: [B*H, T] fp32 outputs. With PREFIX_MAX also
+    g [B*H, T] fp32: g[t] = max of ig[s] - b[s] over the tokens s <= t of t's chunk, the intra-chunk part
+    of mLSTMexp's stabilizer, m_comb[t] = b[t] + max(m_{k-1}, g[t]) (a running max over [BL] vectors, so
+    the output kernel needs no row max of an [L, L] gate and no rescaling)."""
     chunk = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     batch = bh // H
     head = bh % H
     gate_base = batch * stride_gate_b + head * stride_gate_h
     carry = 0.0
+    prefix_max = float("-inf")
     for start in range(0, L, BL):
         t = chunk * L + start + tl.arange(0, BL)
         f = tl.load(f_ptr + gate_base + t * stride_gate_t).to(tl.float32)
         log_f = _log_sigmoid(f)
-        tl.store(b_ptr + bh * T + t, tl.cumsum(log_f, 0) + carry)
+        b = tl.cumsum(log_f, 0) + carry
+        tl.store(b_ptr + bh * T + t, b)
         carry += tl.sum(log_f, 0)
         i = tl.load(i_ptr + gate_base + t * stride_gate_t).to(tl.float32)
         if SIG_INPUT_GATE:
             i = _log_sigmoid(i)
         tl.store(ig_ptr + bh * T + t, i)
+        if PREFIX_MAX:
+            g = tl.maximum(tl.associative_scan(i - b, 0, _maximum), prefix_max)
+            tl.store(g_ptr + bh * T + t, g)
+            prefix_max = tl.max(g, 0)
 
 
 @triton.jit
@@ -161,7 +176,7 @@ def chunk_states_kernel(
 
 @chunk_kernel
 def chunk_outputs_kernel(
-    q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr,
+    q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, g_ptr,
     c_ptr, n_ptr, m_ptr,
     h_ptr, denom_ptr, m_comb_ptr,
     stride_q_b, stride_q_t, stride_q_h,
@@ -171,7 +186,7 @@ def chunk_outputs_kernel(
     T, H, NC, qk_scale, eps, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    Q_TILES: tl.constexpr, STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+    Q_TILES: tl.constexpr, STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, PREFIX_MAX: tl.constexpr,
 ):
     """Grid `chunk_program` over (DV/BV, L/(BLQ*Q_TILES)). Writes h [B, T, H, DV] and, when NORMALIZE, the
     per-token denominator and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses.
@@ -192,26 +207,29 @@ def chunk_outputs_kernel(
     c_first = tl.load(c_base + offs_dk[:, None] * DV + offs_v[None, :])
     for q_tile in tl.static_range(Q_TILES):
         _chunk_output_tile(
-            q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr, m_comb_ptr,
+            q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, g_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr,
+            m_comb_ptr,
             stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h,
             stride_v_b, stride_v_t, stride_v_h, stride_h_b, stride_h_t, stride_h_h,
             T, NC, qk_scale, eps, pid_v, pid_q_group * Q_TILES + q_tile, bh, chunk, batch, head,
-            DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE,
+            DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE, PREFIX_MAX,
         )
 
 
 @triton.jit
 def _chunk_output_tile(
-    q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr, m_comb_ptr,
+    q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, g_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr, m_comb_ptr,
     stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h,
     stride_v_b, stride_v_t, stride_v_h, stride_h_b, stride_h_t, stride_h_h,
     T, NC, qk_scale, eps, pid_v, pid_q, bh, chunk, batch, head,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, PREFIX_MAX: tl.constexpr,
 ):
     """h (and denom, m_comb) of query tile pid_q of a chunk for value block pid_v; c_first: the state
-    tile C_{k-1}[:BK, value block] [BK, BV]."""
+    tile C_{k-1}[:BK, value block] [BK, BV]. mLSTMexp (STABILIZE) with PREFIX_MAX takes m_comb from the
+    prefix max g of `gate_cumsum_kernel` before any key/value tile (no row max, no rescaling); without it,
+    from an online max over the key/value tiles, FlashAttention-style."""
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_dk = tl.arange(0, BK)
@@ -224,8 +242,14 @@ def _chunk_output_tile(
     b_q = tl.load(b_ptr + bh * T + t_q)
 
     if STABILIZE:
-        m_run = b_q + tl.load(m_ptr + bh * (NC + 1) + chunk)
-        q_gate = tl.full([BLQ], qk_scale, dtype=tl.float32)
+        m_inter = b_q + tl.load(m_ptr + bh * (NC + 1) + chunk)
+        if PREFIX_MAX:
+            m_run = tl.maximum(m_inter, b_q + tl.load(g_ptr + bh * T + t_q))
+            q_gate = tl.exp(m_inter - m_run) * qk_scale
+            row_log = b_q - m_run
+        else:
+            m_run = m_inter
+            q_gate = tl.full([BLQ], qk_scale, dtype=tl.float32)
     else:
         q_gate = tl.exp(b_q) * qk_scale
     q_first = tl.load(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :])
@@ -252,11 +276,14 @@ def _chunk_output_tile(
             k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
             scores += tl.dot(q_tile, tl.trans(k_tile))
         b_kv = tl.load(b_ptr + bh * T + t_kv)
-        gate_log = b_q[:, None] - b_kv[None, :] + tl.load(ig_ptr + bh * T + t_kv)[None, :]
+        ig_kv = tl.load(ig_ptr + bh * T + t_kv)
         causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
-        gate_log = tl.where(causal, gate_log, float("-inf"))
         v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + offs_v[None, :])
-        if STABILIZE:
+        if STABILIZE and PREFIX_MAX:
+            gate_log = tl.where(causal, row_log[:, None] + (ig_kv - b_kv)[None, :], float("-inf"))
+        else:
+            gate_log = tl.where(causal, b_q[:, None] - b_kv[None, :] + ig_kv[None, :], float("-inf"))
+        if STABILIZE and not PREFIX_MAX:
             m_new = tl.maximum(m_run, tl.max(gate_log, 1))
             rescale = tl.exp(m_run - m_new)
             scores_gated = scores * qk_scale * tl.exp(gate_log - m_new[:, None])

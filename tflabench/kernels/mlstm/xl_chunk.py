@@ -40,11 +40,13 @@ class Tiling:
     kernels'; each of its programs recomputes the scores Q K^T for its out_block_v columns of h, so a
     wider value block computes them fewer times, for a larger accumulator) and out_q_tiles, the query
     tiles one output program computes one after the other (its state tile's first Dqk block loaded once
-    for all of them). dv_block_v: the same choice for the backward's dV kernel (each program recomputes
-    K Q^T for its dv_block_v columns of dV).
+    for all of them). out_prefix_max: mLSTMexp's output kernel takes its stabilizer m_comb from a prefix max
+    of the log gates that the gate kernel writes (one exp per score, no rescaling) instead of an online max
+    over its key/value tiles. dv_block_v: the same choice for the backward's dV kernel (each program
+    recomputes K Q^T for its dv_block_v columns of dV).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
-    measured slower than the split kernels at Dqk 128 / Dv 256 on an H200, so off by default.
+    the default at head dims <= 64 only (see `default`).
     Dataclass defaults are generic; `Tiling.default` is the measured choice.
     """
 
@@ -63,6 +65,7 @@ class Tiling:
     out_num_warps: int = 4
     out_num_stages: int = 1
     out_q_tiles: int = 1
+    out_prefix_max: bool = True
     dv_block_v: int = 64
     state_num_warps: int = 4
     state_num_stages: int = 1
@@ -90,8 +93,12 @@ class Tiling:
         both: Nsight Compute showed the output kernel bound by L2 throughput, results/perf-log.md v5). At
         Dqk > 128 its output kernel takes one query tile and one pipeline stage: with two of either it needed
         136-192 KB of shared memory there, one program per SM (one stage, one tile: 64 KB; forward 10-27 %
-        faster at Dqk = Dv = 256 and 512, results/perf-log.md v5)."""
+        faster at Dqk = Dv = 256 and 512, results/perf-log.md v5). At head dims <= 64 dK and dV come from one
+        kernel of 4 warps and 2 stages (q, k, v, dh and the state gradient read once for both: forward +
+        backward 9-17 % faster at 32 x 64/64, T = 2k ... 64k, L 64 and 128, on an H100,
+        results/h100/ab-small-head-backward); at Dqk 128 / Dv 256 the split kernels were faster (H200)."""
         tile = chunk if limit else min(64, chunk)
+        small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
         wide_qk = head_dim_qk > 128 and not limit
@@ -111,8 +118,10 @@ class Tiling:
             out_block_v=value_block,
             out_q_tiles=1 if limit or wide_qk or chunk < 2 * tile else 2,
             dv_block_v=value_block if limit else largest_pow2_block(head_dim_v, 256),
-            fused_dkdv=False,
+            fused_dkdv=small_heads,
             dkdv_block_kv=tile,
+            dkdv_num_warps=4 if small_heads else 8,
+            dkdv_num_stages=2 if small_heads else 1,
         )
 
     def for_chunk(self, chunk: int) -> Tiling:
@@ -172,16 +181,19 @@ class _Forward:
     state_dtype: torch.dtype
 
 
-def _gate_cumsums(i, f, tiling: Tiling, sig: bool):
+def _gate_cumsums(i, f, tiling: Tiling, sig: bool, prefix_max: bool = False):
+    """log_f_cumsum, log_i [B*H, T] fp32 and, when prefix_max, their prefix max (see `gate_cumsum_kernel`;
+    else None)."""
     B, T, H = f.shape
     log_f_cumsum = torch.empty(B * H, T, device=f.device, dtype=torch.float32)
     log_i = torch.empty_like(log_f_cumsum)
+    gate_max = torch.empty_like(log_f_cumsum) if prefix_max else None
     grid = (T // tiling.chunk, B * H)
     triton_fwd.gate_cumsum_kernel[grid](
-        i, f, log_f_cumsum, log_i, *f.stride(), T, H,
-        L=tiling.chunk, BL=tiling.block_state, SIG_INPUT_GATE=sig,
+        i, f, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, *f.stride(), T, H,
+        L=tiling.chunk, BL=tiling.block_state, SIG_INPUT_GATE=sig, PREFIX_MAX=prefix_max,
     )
-    return log_f_cumsum, log_i
+    return log_f_cumsum, log_i, gate_max
 
 
 def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize: bool, track_n: bool,
@@ -214,7 +226,8 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     DV = v.shape[-1]
     NC = T // tiling.chunk
     stabilize = not sig
-    log_f_cumsum, log_i = _gate_cumsums(i, f, tiling, sig)
+    prefix_max = stabilize and tiling.out_prefix_max
+    log_f_cumsum, log_i, gate_max = _gate_cumsums(i, f, tiling, sig, prefix_max)
     states, norms, maxes, c_last, n_last = _chunk_states(
         k, v, log_f_cumsum, log_i, initial, tiling, stabilize, normalize, state_dtype)
     h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
@@ -223,12 +236,14 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
     grid, tiles = _chunk_launch(DV // tiling.out_block_v, query_tile_groups, NC * B * H)
     triton_fwd.chunk_outputs_kernel[grid](
-        q, k, v, log_f_cumsum, log_i, states, norms, maxes, h, denom, m_comb,
+        q, k, v, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, states, norms, maxes, h, denom,
+        m_comb,
         *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h),
         T, H, NC, 1.0 / math.sqrt(DQK), eps, **tiles,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
         BK=tiling.block_qk, BV=tiling.out_block_v, Q_TILES=tiling.out_q_tiles, STABILIZE=stabilize,
-        NORMALIZE=normalize, num_warps=tiling.out_num_warps, num_stages=tiling.out_num_stages,
+        NORMALIZE=normalize, PREFIX_MAX=prefix_max, num_warps=tiling.out_num_warps,
+        num_stages=tiling.out_num_stages,
     )
     return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, state_dtype)
 
@@ -323,7 +338,7 @@ def tfla_backward(q, k, v, i, f, dh, dc_last, initial, row_stats, *, chunk_size:
         raise InputError(f"the TFLA backward after another forward needs chunk_size <= 128, got {chunk_size}")
     sig = variant == "sig"
     denom, m_comb, maxes, c_last = row_stats
-    log_f_cumsum, log_i = _gate_cumsums(i, f, tiling, sig)
+    log_f_cumsum, log_i, _ = _gate_cumsums(i, f, tiling, sig)
     fwd = _Forward(None, None, None, maxes, c_last, None, denom, m_comb, log_f_cumsum, log_i, q.dtype)
     return _backward(q, k, v, i, f, dh, dc_last, fwd,
                      lambda: _recompute_states(k, v, fwd, initial, tiling, sig), tiling, sig, normalize)
