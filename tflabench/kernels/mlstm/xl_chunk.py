@@ -83,7 +83,9 @@ class Tiling:
                 limit: bool = False) -> Tiling:
         """The fastest tiling measured on an H200 for Dqk 128 / Dv 256 (results/perf-log.md), generalized
         to other head dims by taking the largest power-of-two blocks that divide them. mLSTMexp's output
-        kernel prefers smaller key/value tiles (its online max and rescaling add live registers).
+        kernel takes key/value tiles of 32 at Dv <= 64 (at 32 x 64/64, T = 8k, forward 3-11 % faster than
+        64) and mLSTMsig's 64 above (16 x 128/256: 1-5 % faster than 32; H200,
+        results/h200/ab-exp-prefix-max).
         limit_chunk at L = 128 (128-row tiles) takes head-dim blocks of at most 64: with 128 it needed
         291 KB of shared memory at Dqk 256 / Dv 512 on an H200 (227 KB available); not yet timed.
         xl_chunk's dV kernel takes value blocks of up to 256 (K Q^T computed once per key tile at Dv 256
@@ -99,7 +101,7 @@ class Tiling:
         results/h100/ab-small-head-backward); at Dqk 128 / Dv 256 the split kernels were faster (H200)."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
-        out_tile = tile if limit or variant == "sig" else min(32, chunk)
+        out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
         wide_qk = head_dim_qk > 128 and not limit
         value_block = largest_pow2_block(head_dim_v, head_block)
