@@ -43,14 +43,20 @@ head_kernel = triton.jit(do_not_specialize=["blocks"])
 
 
 @triton.jit
-def _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, SIG_INPUT_GATE: tl.constexpr):
+def _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, L: tl.constexpr, SIG_INPUT_GATE: tl.constexpr):
     """Gates of the L tokens t of one chunk: b (inclusive cumsum of log sigmoid(f) within the chunk), ig (the
-    log input gate) [L] fp32, and the chunk's total log decay b[L-1]."""
+    log input gate) [L] fp32, and the chunk's total log decay b[L-1].
+
+    The decay is b's last element, as TFLA's kernels take it: a separate sum of log sigmoid(f) rounds
+    differently (by an ulp of |b[L-1]|), which moves the max states m and the final state that TFLA's
+    backward reads away from its own gates, and the reverse cumsum of the gate gradients amplifies that in
+    df (at forget gates near 0, 1e-3 relative)."""
     log_f = _log_sigmoid(tl.load(f_ptr + gate_base + t * stride_gate_t).to(tl.float32))
     i = tl.load(i_ptr + gate_base + t * stride_gate_t).to(tl.float32)
     if SIG_INPUT_GATE:
         i = _log_sigmoid(i)
-    return tl.cumsum(log_f, 0), i, tl.sum(log_f, 0)
+    b = tl.cumsum(log_f, 0)
+    return b, i, tl.sum(tl.where(tl.arange(0, L) == L - 1, b, 0.0), 0)
 
 
 @triton.jit
@@ -72,8 +78,16 @@ def _intra_gate(b_rows, m_comb, b_cols, ig_cols, rows, cols):
 @triton.jit
 def _masked_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE: tl.constexpr):
     """(m_comb [L], query gate [L], gated scores [L, L] fp32) of one chunk from the masked [L, L] log-gate
-    b_i - b_j + ig_j, which stays live across the Q K^T product (the measured default)."""
-    gate_log = b[:, None] - b[None, :] + ig[None, :]
+    b_i - b_j + ig_j, which stays live across the Q K^T product (the measured default).
+
+    mLSTMexp rounds it as b_i + (ig_j - b_j): its row max is then TFLA's m_comb, b_i + the prefix max of
+    ig - b (`triton_fwd.gate_cumsum_kernel`), to the bit, as TFLA's backward expects (the row max of
+    (b_i - b_j) + ig_j is an ulp of |b| away and gave 2-4x its df error at forget gates near 0). mLSTMsig
+    keeps (b_i - b_j) + ig_j: unstabilized, the other rounding would cancel two large terms in the exp."""
+    if STABILIZE:
+        gate_log = b[:, None] + (ig - b)[None, :]
+    else:
+        gate_log = b[:, None] - b[None, :] + ig[None, :]
     gate_log = tl.where(offs_l[:, None] >= offs_l[None, :], gate_log, float("-inf"))
     if STABILIZE:
         m_inter = b + m_state
@@ -167,7 +181,7 @@ def fused_forward_kernel(
     gate_base = batch * stride_gate_b + head * stride_gate_h
     for chunk in range(0, NC):
         t = chunk * L + offs_l
-        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, SIG_INPUT_GATE)
+        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, L, SIG_INPUT_GATE)
         q = tl.load(q_base + t[:, None] * stride_q_t + offs_k[None, :], mask=k_mask[None, :], other=0.0)
         k = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :], mask=k_mask[None, :], other=0.0)
         v = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
@@ -252,7 +266,7 @@ def fused_dq_kernel(
     num_bh = tl.num_programs(0) // blocks
     for chunk in range(0, NC):
         t = chunk * L + offs_l
-        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, SIG_INPUT_GATE)
+        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, L, SIG_INPUT_GATE)
         m_comb, inv_denom = _row_stats(m_comb_ptr, denom_ptr, bh, T, t, L, STABILIZE, NORMALIZE)
         m_prev = _chunk_max(m_ptr, bh, NC, chunk, STABILIZE)
         k = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :])
@@ -311,7 +325,7 @@ def fused_dk_kernel(
     for step in range(0, NC):
         chunk = NC - 1 - step
         t = chunk * L + offs_l
-        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, SIG_INPUT_GATE)
+        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, L, SIG_INPUT_GATE)
         m_comb, inv_denom = _row_stats(m_comb_ptr, denom_ptr, bh, T, t, L, STABILIZE, NORMALIZE)
         m_prev = _chunk_max(m_ptr, bh, NC, chunk, STABILIZE)
         state_scale, k_gate = _state_step(
@@ -369,7 +383,7 @@ def fused_dv_kernel(
     for step in range(0, NC):
         chunk = NC - 1 - step
         t = chunk * L + offs_l
-        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, SIG_INPUT_GATE)
+        b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, L, SIG_INPUT_GATE)
         m_comb, inv_denom = _row_stats(m_comb_ptr, denom_ptr, bh, T, t, L, STABILIZE, NORMALIZE)
         m_prev = _chunk_max(m_ptr, bh, NC, chunk, STABILIZE)
         state_scale, k_gate = _state_step(
