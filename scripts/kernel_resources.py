@@ -17,8 +17,10 @@ local-memory loads and stores (LDL/STL) inside each kernel's outermost loop as `
 per thread per trip of that loop, read from the SASS).
 
 `--table` compiles the default tilings over the head dims and chunk sizes the structural performance model
-is checked and plotted at and writes them to `tflabench/analysis/compiled_resources.json` (a few minutes on
-two cores); the model reads registers, shared memory and loop spills from it (docs/performance-model.md).
+is checked and plotted at, today's and those of the former kernels versions that committed runs measured
+(`tilings.FORMER_DEFAULTS`, keys with a `/version` suffix), and writes them to
+`tflabench/analysis/compiled_resources.json` (about 25 minutes on two cores); the model reads registers,
+shared memory and loop spills from it (docs/performance-model.md).
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
 from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
 
@@ -32,6 +34,7 @@ import argparse
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import math
 import multiprocessing
 import os
@@ -152,8 +155,10 @@ def _launches(args: argparse.Namespace) -> list[Launch]:
     else:
         tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant,
                                          limit=args.limit)
-    changes = dict(change.split("=") for change in args.set)
-    tiling = dataclasses.replace(tiling, **{name: _field_value(value) for name, value in changes.items()})
+    changes = {name: _field_value(value) for name, value in (change.split("=") for change in args.set)}
+    names = {field.name for field in dataclasses.fields(tiling)}
+    fields = {name: value for name, value in getattr(args, "fields", {}).items() if name in names}
+    tiling = dataclasses.replace(tiling, **fields, **changes)
     tiling.check(args.dqk, args.dv)
     B, T, H = args.batch, args.seq or 2 * args.chunk, args.heads
     q, k = (torch.empty(B, T, H, args.dqk, dtype=torch.bfloat16) for _ in range(2))  # never read: not run
@@ -195,19 +200,33 @@ TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512
 TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysis", "compiled_resources.json")
 
 
-def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int) -> dict:
-    """The default tiling of one configuration and, per kernel it launches (forward and backward), what
-    `resources` reports; the first launch of a kernel stands for its repeats."""
-    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2,
-                              seq=None,
-                              algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
-                              limit=algorithm == "limit_chunk")
-    from tflabench.kernels.mlstm import fused_chunk, xl_chunk
+def _table_tiling(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None):
+    """The default tiling of one configuration in the kernels version ``version`` (None: today's;
+    `tilings.former_default`)."""
+    from tflabench.kernels.mlstm import fused_chunk, tilings, xl_chunk
 
     if algorithm == "fused_chunk":
         tiling = fused_chunk.FusedTiling.default(chunk, dqk, dv, variant=variant)
     else:
         tiling = xl_chunk.Tiling.default(chunk, dqk, dv, variant=variant, limit=algorithm == "limit_chunk")
+    names = {field.name for field in dataclasses.fields(tiling)}
+    former = tilings.former_default(version, variant) or {}
+    tiling = dataclasses.replace(tiling, **{name: value for name, value in former.items() if name in names})
+    return tiling if algorithm == "fused_chunk" else tiling.for_chunk(chunk)
+
+
+def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None = None
+                 ) -> dict:
+    """The default tiling of one configuration (in the kernels version ``version``) and, per kernel it
+    launches (forward and backward), what `resources` reports; the first launch of a kernel stands for its
+    repeats."""
+    from tflabench.kernels.mlstm import tilings
+
+    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2,
+                              seq=None, fields=tilings.former_default(version, variant) or {},
+                              algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
+                              limit=algorithm == "limit_chunk")
+    tiling = _table_tiling(algorithm, variant, dqk, dv, chunk, version)
     kernels = {}
     for launch in _launches(args):
         row = resources(launch)
@@ -218,15 +237,20 @@ def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int) ->
     return {"tiling": dataclasses.asdict(tiling), "kernels": kernels}
 
 
+def _table_key(algorithm: str, variant: str, dqk: int, dv: int, chunk: int,
+               version: str | None = None) -> str:
+    """``algorithm/variant/DqkxDv/Lchunk`` (today's default tiling), ``.../version`` for a former one."""
+    return f"{algorithm}/{variant}/{dqk}x{dv}/L{chunk}" + (f"/{version}" if version else "")
+
+
 def _table_entry_or_none(*config) -> dict | None:
     """`_table_entry`, or None (reported) for a tiling that does not compile."""
     try:
         entry = _table_entry(*config)
     except Exception as error:  # noqa: BLE001 - a tiling that does not compile is left out of the table
-        print("{}/{}/{}x{}/L{}: not compiled".format(*config), f"({type(error).__name__}: {error})",
-              flush=True)
+        print(_table_key(*config), f"not compiled ({type(error).__name__}: {error})", flush=True)
         return None
-    print("{}/{}/{}x{}/L{}".format(*config), flush=True)
+    print(_table_key(*config), flush=True)
     return entry
 
 
@@ -288,16 +312,33 @@ def write_reference_table(path: str = TABLE_PATH) -> None:
         file.write("\n")
 
 
+def _table_configs() -> list[tuple]:
+    """(algorithm, variant, Dqk, Dv, chunk, version) of every table entry: today's default tiling of each
+    configuration, and each former version's (`tilings.FORMER_DEFAULTS`, the kernels of the committed runs)
+    where it is another tiling."""
+    from tflabench.kernels.mlstm import tilings
+
+    configs = []
+    for algorithm, chunks in TABLE_CHUNKS.items():
+        for variant, (dqk, dv), chunk in itertools.product(("sig", "exp"), TABLE_HEAD_DIMS, chunks):
+            seen = []
+            for version in (None, *tilings.FORMER_DEFAULTS):
+                tiling = _table_tiling(algorithm, variant, dqk, dv, chunk, version)
+                if tiling not in seen:
+                    seen.append(tiling)
+                    configs.append((algorithm, variant, dqk, dv, chunk, version))
+    return configs
+
+
 def write_table(path: str = TABLE_PATH) -> None:
-    """Compile every (algorithm, variant, head dims, chunk size) of the table and write it as JSON."""
+    """Compile every configuration of `_table_configs` and write the table as JSON."""
     import json
 
-    configs = [(algorithm, variant, dqk, dv, chunk) for algorithm, chunks in TABLE_CHUNKS.items()
-               for variant in ("sig", "exp") for dqk, dv in TABLE_HEAD_DIMS for chunk in chunks]
+    configs = _table_configs()
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_table_entry_or_none, configs)
-    entries = {"{}/{}/{}x{}/L{}".format(*config): entry
-               for config, entry in zip(configs, compiled, strict=True) if entry is not None}
+    entries = {_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
+               if entry is not None}
     if os.path.exists(path):  # the reference's entries (`--reference-table`) are kept
         with open(path) as file:
             entries.update({key: entry for key, entry in json.load(file)["entries"].items()

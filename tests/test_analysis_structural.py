@@ -190,15 +190,19 @@ def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypat
 
 
 def test_the_shipped_table_matches_todays_tilings():
-    """Every entry of compiled_resources.json is for the tiling the kernels use now
-    (`python scripts/kernel_resources.py --table` regenerates it after a tiling change)."""
+    """Every entry of compiled_resources.json is for the tiling the kernels use now, or (keys with a
+    version suffix) the default of that former version (`python scripts/kernel_resources.py --table`
+    regenerates it after a tiling change)."""
+    from tflabench.kernels.mlstm import tilings
+
     table = structural._compiled_table()
     assert table
     for key in table:
-        algorithm, variant, dims, chunk = key.split("/")
+        algorithm, variant, dims, chunk, *version = key.split("/")
         head_dim_qk, head_dim_v = map(int, dims.split("x"))
         problem = structural.Problem(1, 4096, 1, head_dim_qk, head_dim_v, variant=variant)
-        assert structural.compiled_kernels(problem, algorithm, int(chunk[1:])) is not None, key
+        former = tilings.former_default(version[0], variant) if version else None
+        assert structural.compiled_kernels(problem, algorithm, int(chunk[1:]), former) is not None, key
 
 
 def test_structural_optimal_chunks_per_head_dim():
@@ -238,17 +242,121 @@ def test_a_stale_reference_entry_falls_back_to_the_rule(monkeypatch):
 
 
 def test_new_calibration_figures_are_used_and_their_absence_keeps_todays_rule(rates):
-    """The row reductions of mLSTMexp are timed only with ``row_reduce_elements_per_s``; spill traffic hits
-    the cache at ``spills.local_bytes_per_s`` when the calibration has it, else at the L2 load rate."""
+    """The row reductions of mLSTMexp's online max (tiling out-online-max) are timed only with
+    ``row_reduce_elements_per_s``; spill traffic hits the cache at ``spills.local_bytes_per_s`` when the
+    calibration has it, else at the L2 load rate."""
     exp = structural.Problem(8, 8192, 16, 128, 256, variant="exp")
     assert "row_reduce_elements_per_s" not in rates.blocks["pointwise"]
-    before = structural.predict(exp, "xl_chunk", 128, rates).seconds
+    output = _launch(exp, "xl_chunk", 128, "output", "out-online-max")
+    before = structural.launch_time(output, rates).compute_s
     blocks = json.loads(json.dumps(rates.blocks))
     blocks["pointwise"]["row_reduce_elements_per_s"] = blocks["pointwise"]["fma_elements_per_s"] / 4
-    assert structural.predict(exp, "xl_chunk", 128, structural.Rates(blocks)).seconds > before
+    assert structural.launch_time(output, structural.Rates(blocks)).compute_s > before
     launch = structural.Launch("fused", 1000, 8, 2, 64 * 64, 32 * 1024, kernel="k", loop_trips=10)
     launch.compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800,
                        "loop_local_bytes": 1000}
     today = structural.launch_time(launch, rates).compute_s
     blocks["spills"] = {"local_bytes_per_s": blocks["memory"]["l2_read_bytes_per_s"] / 4}
     assert structural.launch_time(launch, structural.Rates(blocks)).compute_s > today
+
+
+def _launch(problem, algorithm, chunk, name, tiling=None):
+    return next(launch for launch in structural.launches(problem, algorithm, chunk, tiling)
+                if launch.name == name)
+
+
+def test_rows_of_a_tiling_variant_are_modelled_with_it():
+    """A tiling text (named or FIELD=VALUE) or a dict of overrides changes the launches as it changes the
+    kernels: stages of the recurrences, the state dtype's bytes, dK and dV in one kernel or two."""
+    assert _launch(FIG4, "xl_chunk", 128, "states").stages == Tiling.default(128, 128, 256).state_num_stages
+    assert _launch(FIG4, "xl_chunk", 128, "states", "state-s1").stages == 1
+    assert _launch(FIG4, "xl_chunk", 128, "states", {"state_num_stages": 1}).stages == 1
+    bf16_states = _launch(FIG4, "xl_chunk", 128, "states").store_bytes
+    assert _launch(FIG4, "xl_chunk", 128, "states", "fp32states").store_bytes == 2 * bf16_states
+    assert _launch(FIG4, "xl_chunk", 128, "output", "out_block_v=64").programs == 2 * _launch(
+        FIG4, "xl_chunk", 128, "output").programs
+    small = structural.Problem(8, 8192, 32, 64, 64, mode="fwdbw")
+    names = [launch.name for launch in structural.launches(small, "xl_chunk", 64)]
+    assert "dK+dV" in names and "dK" not in names
+    names = [launch.name for launch in structural.launches(small, "xl_chunk", 64, "bwd-split")]
+    assert "dK+dV" not in names and {"dK", "dV"} <= set(names)
+    with pytest.raises(InputError, match="not modelled"):
+        structural.launches(FIG4, "fused_chunk", 64, "fused-backward")
+
+
+def test_the_exp_output_kernel_with_the_prefix_max_has_no_row_reductions():
+    exp = structural.Problem(8, 8192, 16, 128, 256, variant="exp")
+    prefix = _launch(exp, "xl_chunk", 128, "output")
+    online = _launch(exp, "xl_chunk", 128, "output", "out-online-max")
+    assert prefix.reductions == 0 < online.reductions
+    assert online.exp == 2 * prefix.exp
+    assert _launch(exp, "reference", 128, "output").reductions > 0
+
+
+def test_former_defaults_give_the_kernels_of_their_version():
+    """v6's mLSTMexp kernels: the online max with key/value tiles of 32, split dK/dV, one state stage, the
+    masked fused gates; today's version needs no override; v4 is not reproducible."""
+    from dataclasses import replace
+
+    from tflabench.kernels.mlstm import tilings
+
+    assert tilings.former_default(tilings.KERNELS_VERSION, "exp") == tilings.former_default(None, "sig") == {}
+    assert tilings.former_default("v4", "sig") is None
+    v6 = tilings.former_default("v6", "exp")
+    tiling = replace(Tiling.default(64, 64, 64, variant="exp"),
+                     **{k: v for k, v in v6.items() if k != "lean_gate"})
+    fields = (tiling.out_prefix_max, tiling.fused_dkdv, tiling.state_num_stages, tiling.out_block_kv)
+    assert fields == (False, False, 1, 32)
+    assert v6["lean_gate"] is False and "lean_gate" not in tilings.former_default("v6", "sig")
+
+
+@pytest.mark.parametrize("version, tilings_text", [("v6", "as run"), ("v4", "today's defaults")])
+def test_model_check_models_the_kernels_version_of_the_run(tmp_path, version, tilings_text):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.csv").write_text((FIXTURES / "h200_small" / "results.csv").read_text())
+    meta = json.loads((FIXTURES / "h200_small" / "meta.json").read_text())
+    meta.setdefault("versions", {})["tflabench_kernels"] = version
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    result = model_check.check_run(load_run(run_dir), "h100")
+    assert result["kernels_version"] == version and result["tilings"].startswith(tilings_text)
+    today = model_check.check_run(load_run(FIXTURES / "h200_small"), "h100")
+    assert today["kernels_version"] is None and today["tilings"] == "as run"
+    changed = [mine["predicted_ms"] != theirs["predicted_ms"]
+               for mine, theirs in zip(result["all"]["rows"], today["all"]["rows"], strict=True)]
+    assert any(changed) == (version == "v6")
+
+
+def test_model_check_of_a_run_of_two_gpus_uses_each_gpus_calibration(tmp_path, monkeypatch):
+    """A merged run of an H100 and an H200: each GPU's rows with its own calibration (the H200's made
+    twice as fast here), grouped apart."""
+    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
+    (tmp_path / "cal").mkdir()
+    (tmp_path / "cal" / "h100-sxm.json").write_text(json.dumps(calibration))
+    fast = json.loads(json.dumps(calibration))
+    fast["blocks"]["dot"] = [dict(dot, flops_per_s=2 * dot["flops_per_s"],
+                                  one_per_sm_flops_per_s=2 * dot["one_per_sm_flops_per_s"])
+                             for dot in fast["blocks"]["dot"]]
+    for name in list(fast["blocks"]["memory"]):
+        fast["blocks"]["memory"][name] *= 2
+    (tmp_path / "cal" / "h200.json").write_text(json.dumps(fast))
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path / "cal"))
+    lines = (FIXTURES / "h200_small" / "results.csv").read_text().splitlines()
+    copied = [line.replace("NVIDIA H200", "NVIDIA H100 80GB HBM3") for line in lines[1:]]
+    run_dir = tmp_path / "merged"
+    run_dir.mkdir()
+    (run_dir / "results.csv").write_text("\n".join([*lines, *copied]) + "\n")
+    meta = json.loads((FIXTURES / "h200_small" / "meta.json").read_text())
+    h100_ceilings = dict(meta["ceilings"], gpu_key="h100-sxm")
+    meta["gpus"] = {"NVIDIA H200": {"info": meta["gpu"], "ceilings": meta["ceilings"]},
+                    "NVIDIA H100 80GB HBM3": {"info": {"name": "NVIDIA H100 80GB HBM3"},
+                                              "ceilings": h100_ceilings}}
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    result = model_check.check_run(load_run(run_dir))
+    assert result["calibration"].count("calibration") == 2
+    by_gpu = {}
+    for row in result["all"]["rows"]:
+        by_gpu.setdefault(row["gpu"], []).append(row["predicted_ms"])
+    assert set(by_gpu) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert sum(by_gpu["NVIDIA H200"]) < sum(by_gpu["NVIDIA H100 80GB HBM3"])
+    assert {group["gpu"] for group in result["all"]["groups"]} == set(by_gpu)

@@ -17,6 +17,7 @@ from tflabench.bench.results import (
 )
 from tflabench.core import SweepPoint
 from tflabench.errors import InputError
+from tflabench.kernels.mlstm.tilings import KERNELS_VERSION
 from tflabench.schema import COLUMNS
 
 FIG4_POINT = SweepPoint(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256, chunk_size=128)
@@ -153,6 +154,7 @@ def test_meta_records_provenance(monkeypatch):
                     derivation=Derivation(""), sweep={"kernels": ["*"]}, dtypes=("bfloat16",))
     assert meta["command"].startswith("tflabench")
     assert meta["versions"]["torch"] and meta["versions"]["triton"]
+    assert meta["versions"]["tflabench_kernels"] == KERNELS_VERSION
     assert set(meta["git"]) == {"commit", "dirty"}
     assert meta["ceilings"]["bfloat16"] == {"datasheet": None, "measured": None, "runtime_model_uses": None}
     assert meta["finished"] is None and meta["resumed"] == []

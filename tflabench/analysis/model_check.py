@@ -3,9 +3,15 @@
 Each ``ok`` row of an mLSTM kernel the model covers is predicted at its shape, mode, variant, algorithm and
 chunk size (harness kernels ``tflabench.mlstm_<variant>.<algorithm>`` with algorithm xl_chunk, limit_chunk,
 fused_chunk or auto, whose row params hold the chosen algorithm and chunk size, and
-``mlstm_kernels.mlstm_<variant>.xl_chunk``, modelled as `structural`'s ``reference``). Per group (kernel,
-shape, mode) the predicted best row is compared with the measured best: a match when it is the same row or
-its measured time is within `BEST_TOLERANCE` of the best.
+``mlstm_kernels.mlstm_<variant>.xl_chunk``, modelled as `structural`'s ``reference``), with the tiling
+variant the row's params name (``tiling``; the default tilings without one), with the calibration of the
+row's GPU. Per group (kernel, tiling, GPU, shape, mode) the predicted best row is compared with the
+measured best: a match when it is the same row or its measured time is within `BEST_TOLERANCE` of the
+best.
+
+Rows without a tiling ran the default tilings of their version (meta.json ``versions.tflabench_kernels``):
+the model takes that version's tilings where `tilings.FORMER_DEFAULTS` reproduces them, today's otherwise
+(the check says which: ``tilings``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tflabench.analysis import structural
-from tflabench.analysis.run_data import Run, run_gpu
+from tflabench.analysis.run_data import Run, run_gpu, runs_by_gpu
 from tflabench.errors import InputError
 
 BEST_TOLERANCE = 0.05
@@ -29,6 +35,8 @@ class RowCheck:
     """One measured row with its prediction."""
 
     kernel: str
+    tiling: str | None
+    gpu: str
     group: tuple
     algorithm: str
     chunk: int
@@ -82,6 +90,39 @@ def _row_chunk(row: pd.Series, params: dict) -> int | None:
     return int(chunk) if chunk not in (None, "") and not pd.isna(chunk) else None
 
 
+def kernels_version(run: Run) -> str | None:
+    """The version of our default tilings the run measured (meta.json; a merged run's when all its sources
+    agree), or None when it does not say."""
+    metas = [source.get("meta", {}) for source in run.meta.get("merged", [])] or [run.meta]
+    found = {_meta_kernels_version(meta) for meta in metas}
+    return found.pop() if len(found) == 1 else None
+
+
+def _meta_kernels_version(meta: dict) -> str | None:
+    versions = meta.get("versions")
+    version = versions.get("tflabench_kernels") if isinstance(versions, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def modelled_tilings(run: Run) -> str:
+    """"as run" when the model can take the tilings of the run's kernels version, else what it takes."""
+    from tflabench.kernels.mlstm import tilings
+
+    version = kernels_version(run)
+    if tilings.former_default(version, "sig") is not None:
+        return "as run"
+    return f"today's defaults ({tilings.KERNELS_VERSION}; the run's kernels {version} are not reproduced)"
+
+
+def _row_tiling(run: Run, variant: str, tiling: str | None) -> dict | None:
+    """The tiling overrides of a row: its kernels version's former defaults, then its own tiling."""
+    from tflabench.kernels.mlstm import tilings
+
+    fields = {**(tilings.former_default(kernels_version(run), variant) or {}),
+              **structural.tiling_fields(tiling)}
+    return fields or None
+
+
 def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
     """Predicted vs measured for every ``ok`` row the model covers."""
     checks = []
@@ -96,18 +137,22 @@ def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
         element_bytes = 4 if row["dtype"] == "float32" else 2
         problem = structural.Problem(*(int(row[key]) for key in SHAPE_KEYS[:-1]), variant=variant,
                                      mode=str(row["mode"]), element_bytes=element_bytes)
+        tiling = params.get("tiling") if isinstance(params.get("tiling"), str) else None
         try:
-            predicted = structural.predict(problem, algorithm, chunk, rates)
+            row_tiling = _row_tiling(run, variant, tiling) if algorithm != "reference" else None
+            predicted = structural.predict(problem, algorithm, chunk, rates, row_tiling)
         except InputError:
             continue
-        group = (str(row["kernel"]), *(row[key] for key in SHAPE_KEYS))
-        checks.append(RowCheck(str(row["kernel"]), group, algorithm, chunk, float(row["time_ms"]),
-                               predicted.ms))
+        gpu = str(row["gpu"])
+        group = (str(row["kernel"]), tiling, gpu, *(row[key] for key in SHAPE_KEYS))
+        checks.append(RowCheck(str(row["kernel"]), tiling, gpu, group, algorithm, chunk,
+                               float(row["time_ms"]), predicted.ms))
     return checks
 
 
 def group_matches(checks: list[RowCheck]) -> list[dict]:
-    """Per group (kernel, shape, mode) of at least two rows: measured best, predicted best, match."""
+    """Per group (kernel, tiling, GPU, shape, mode) of at least two rows: measured best, predicted best,
+    match."""
     groups: dict[tuple, list[RowCheck]] = {}
     for check in checks:
         groups.setdefault(check.group, []).append(check)
@@ -120,7 +165,9 @@ def group_matches(checks: list[RowCheck]) -> list[dict]:
         slower = predicted.measured_ms / measured.measured_ms - 1
         results.append({
             "kernel": group[0],
-            "shape": dict(zip(SHAPE_KEYS, (_plain(value) for value in group[1:]), strict=True)),
+            "tiling": group[1],
+            "gpu": group[2],
+            "shape": dict(zip(SHAPE_KEYS, (_plain(value) for value in group[3:]), strict=True)),
             "measured_best": {"algorithm": measured.algorithm, "chunk_size": measured.chunk,
                               "ms": measured.measured_ms},
             "predicted_best": {"algorithm": predicted.algorithm, "chunk_size": predicted.chunk,
@@ -128,6 +175,11 @@ def group_matches(checks: list[RowCheck]) -> list[dict]:
             "match": slower <= BEST_TOLERANCE,
         })
     return results
+
+
+def row_label(row: dict) -> str:
+    """A checked row's kernel, with its tiling variant in brackets where it ran one."""
+    return f"{row['kernel']} [{row['tiling']}]" if row.get("tiling") else row["kernel"]
 
 
 def _plain(value):
@@ -147,7 +199,8 @@ def summary(checks: list[RowCheck]) -> dict:
 def _stats(checks: list[RowCheck], groups: list[dict]) -> dict:
     errors = [check.abs_error for check in checks]
     return {
-        "rows": [{"kernel": c.kernel, "shape": dict(zip(SHAPE_KEYS, map(_plain, c.group[1:]), strict=True)),
+        "rows": [{"kernel": c.kernel, "tiling": c.tiling, "gpu": c.gpu,
+                  "shape": dict(zip(SHAPE_KEYS, map(_plain, c.group[3:]), strict=True)),
                   "algorithm": c.algorithm, "chunk_size": c.chunk, "measured_ms": c.measured_ms,
                   "predicted_ms": c.predicted_ms, "ratio": c.ratio} for c in checks],
         "median_abs_error": statistics.median(errors) if errors else None,
@@ -169,20 +222,35 @@ def run_rates(run: Run, gpu: str | None = None) -> structural.Rates:
 
 def predicted_ms(run: Run) -> dict[tuple, float]:
     """{(kernel, batch, seq_len, heads, head_dim_qk, head_dim_v, mode, chunk): predicted ms} of the rows the
-    model covers; empty when the run's GPU has no building-block calibration."""
+    model covers at the default tilings; empty when the run's GPU has no building-block calibration."""
     try:
         rates = run_rates(run)
     except InputError:
         return {}
-    return {(*check.group, check.chunk): check.predicted_ms for check in check_rows(run, rates)}
+    return {(check.kernel, *check.group[3:], check.chunk): check.predicted_ms
+            for check in check_rows(run, rates) if check.tiling is None}
+
+
+def check_run_rows(run: Run, gpu: str | None = None) -> tuple[list[RowCheck], list[str]]:
+    """The checked rows of a run and the calibrations used: the rows of each GPU of a run of several with
+    that GPU's calibration, or all with `gpu`'s. InputError for a GPU without a calibration."""
+    parts = [part for _, part in runs_by_gpu(run)] if gpu is None else [run]
+    checks, sources = [], []
+    for part in parts:
+        rates = run_rates(part, gpu)
+        sources.append(rates.source)
+        checks += check_rows(part, rates)
+    return checks, list(dict.fromkeys(sources))
 
 
 def check_run(run: Run, gpu: str | None = None) -> dict:
-    """`summary` of the run against the model, InputError when no row of it is modelled."""
-    rates = run_rates(run, gpu)
-    checks = check_rows(run, rates)
+    """`summary` of the run against the model (`check_run_rows`), InputError when no row of it is
+    modelled."""
+    checks, sources = check_run_rows(run, gpu)
     if not checks:
         raise InputError(f"run {run.name!r} has no measured row of a kernel the model covers "
                          "(tflabench.mlstm_*.xl_chunk|limit_chunk|fused_chunk|auto, "
                          "mlstm_kernels.mlstm_*.xl_chunk)")
-    return {"run": run.name, "calibration": rates.source, **summary(checks)}
+    return {"run": run.name, "calibration": ", ".join(sources),
+            "kernels_version": kernels_version(run),
+            "tilings": modelled_tilings(run), **summary(checks)}

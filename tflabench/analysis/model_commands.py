@@ -82,12 +82,14 @@ def model_check_command(
         _echo_json(result)
         return
     console = _console()
-    console.print(f"run {result['run']}: structural model, {result['calibration']}")
+    version = result["kernels_version"] or "(version not recorded)"
+    console.print(f"run {result['run']}: structural model, {result['calibration']}; our kernels {version}, "
+                  f"tilings modelled: {result['tilings']}")
     rows = _table("Predicted / measured per row", ["kernel", "shape", "mode", "L", "measured ms", "model ms",
                                                      "ratio"], left=("kernel", "shape", "mode"))
     for row in result["all"]["rows"]:
         shape = row["shape"]
-        rows.add_row(row["kernel"], _shape_text(shape), shape["mode"], str(row["chunk_size"]),
+        rows.add_row(model_check.row_label(row), _shape_text(shape), shape["mode"], str(row["chunk_size"]),
                      f"{row['measured_ms']:.3f}", f"{row['predicted_ms']:.3f}", f"{row['ratio']:.2f}")
     console.print(rows)
     kernels = _table("Per kernel", ["kernel", "rows", "median |err|", "max |err|", "best match"],

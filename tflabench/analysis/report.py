@@ -378,8 +378,9 @@ def structural_model_markdown(run: Run) -> str:
         result = model_check.check_run(run)
     except InputError as exc:
         return f"Not available: {exc}"
-    rows = [[row["kernel"], _model_shape_label(row["shape"]), row["shape"]["mode"], row["chunk_size"],
-             _fixed(row["measured_ms"], 3), _fixed(row["predicted_ms"], 3), _fixed(row["ratio"])]
+    rows = [[model_check.row_label(row), _model_shape_label(row["shape"]), row["shape"]["mode"],
+             row["chunk_size"], _fixed(row["measured_ms"], 3), _fixed(row["predicted_ms"], 3),
+             _fixed(row["ratio"])]
             for row in result["all"]["rows"]]
     per_row = _table(["kernel", "shape", "mode", "L", "measured ms", "model ms", "model / measured"], rows)
     checks = []
@@ -390,7 +391,9 @@ def structural_model_markdown(run: Run) -> str:
                        _fixed(stats["max_abs_error"], 3), matched])
     check = _table(["kernel", "rows", "median abs error", "max abs error", "predicted best = measured best "
                     "(or within 5 %)"], checks)
-    return f"Calibration: {result['calibration']}.\n\n{per_row}\n\n{check}"
+    version = result["kernels_version"] or "not recorded"
+    return (f"Calibration: {result['calibration']}. Our kernels' version in this run: {version}; tilings "
+            f"modelled: {result['tilings']}.\n\n{per_row}\n\n{check}")
 
 
 def _model_shape_label(shape: dict) -> str:

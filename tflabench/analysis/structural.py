@@ -47,6 +47,8 @@ REGISTER_OVERHEAD = 40
 #: registers per thread are allocated in multiples of 8 (256 per warp); the CUDA runtime reserves 1 KB of
 #: shared memory per resident program (Hopper tuning guide)
 REGISTER_UNIT, SHARED_RESERVED_BYTES = 8, 1024
+#: whether a pipelined launch (two or more stages) overlaps its loads and its compute within each program
+PIPELINE_OVERLAP = True
 #: the table of compiled kernel resources shipped beside this module (`compiled_kernels`)
 COMPILED_RESOURCES = "compiled_resources.json"
 #: elementwise PyTorch launches of the backward's gate gradients (`launch.gate_grads`) and their passes
@@ -215,12 +217,15 @@ class LaunchTime:
     compute_s: float
     memory_s: float
     overhead_s: float
+    pipelined: bool = False
 
     @property
     def seconds(self) -> float:
-        """Overheads, the larger of compute and memory, and the smaller one divided by the programs that
-        run at once on an SM (what one program waits for, the others hide)."""
-        hidden = min(self.compute_s, self.memory_s) / self.concurrency
+        """Overheads, the larger of compute and memory, and, unless the launch is pipelined, the smaller one
+        divided by the programs that run at once on an SM (what one program waits for, the others hide). A
+        pipelined launch (two or more stages: the next tiles' loads in flight during this tile's work)
+        hides it within each program."""
+        hidden = 0.0 if self.pipelined else min(self.compute_s, self.memory_s) / self.concurrency
         return self.overhead_s + max(self.compute_s, self.memory_s) + hidden
 
 
@@ -247,26 +252,64 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     memory = per_sm * (loads + stores)
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
-    return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead)
+    return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
+                      pipelined=PIPELINE_OVERLAP and launch.stages >= 2)
 
 
 # ---------------------------------------------------------------------------------------------- launches
-def _tfla_tiling(problem: Problem, chunk: int, algorithm: str):
-    """The tiling the kernels run: `Tiling.default` (limit=True for limit_chunk), or the reference's."""
+def _tfla_tiling(problem: Problem, chunk: int, algorithm: str, tiling: str | dict | None = None):
+    """The tiling the kernels run: `Tiling.default` (limit=True for limit_chunk) with the overrides of
+    ``tiling`` (`tiling_fields`; its fused_chunk fields and state_dtype left out), or the reference's."""
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
     if algorithm == "reference":
         return reference_tiling(problem, chunk)
-    return Tiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant,
-                          limit=algorithm == "limit_chunk")
+    default = Tiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant,
+                             limit=algorithm == "limit_chunk")
+    return dataclasses.replace(default, **_tiling_overrides(tiling, Tiling)).for_chunk(chunk)
+
+
+def _fused_tiling(problem: Problem, chunk: int, tiling: str | dict | None = None):
+    """fused_chunk's forward tiling: `FusedTiling.default` with the FusedTiling overrides of ``tiling``
+    (`tiling_fields`).
+    InputError for its own backward (``backward = "fused"``), which the model does not cover."""
+    from tflabench.kernels.mlstm.fused_chunk import FusedTiling
+
+    default = FusedTiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant)
+    fused = dataclasses.replace(default, **_tiling_overrides(tiling, FusedTiling))
+    if fused.backward != "tfla":
+        raise InputError(f"fused_chunk with backward {fused.backward!r} is not modelled (TFLA's backward is)")
+    return fused
+
+
+def tiling_fields(tiling: str | dict | None) -> dict:
+    """The field overrides of a tiling: a tiling text (`kernels.mlstm.tilings.overrides`; None and
+    "default" set none) or a dict of them."""
+    from tflabench.kernels.mlstm import tilings
+
+    if isinstance(tiling, dict):
+        return tiling
+    return {} if tiling in (None, "default") else tilings.overrides(tiling)
+
+
+def _tiling_overrides(tiling: str | dict | None, tiling_class) -> dict:
+    """The fields of ``tiling_class`` that a tiling sets (`tiling_fields`)."""
+    names = {item.name for item in dataclasses.fields(tiling_class)}
+    return {name: value for name, value in tiling_fields(tiling).items() if name in names}
+
+
+def _tiling_state_bytes(problem: Problem, algorithm: str, tiling: str | dict | None) -> int:
+    """Bytes per materialized state element, with a tiling's ``state_dtype`` where it sets one."""
+    dtype = tiling_fields(tiling).get("state_dtype")
+    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype] if dtype else _state_bytes(problem, algorithm)
 
 
 def reference_tiling(problem: Problem, chunk: int):
     """mlstm_kernels' xl_chunk tiles as a `Tiling` (docs/performance-model.md#the-reference-kernel), from
     its launchers: sub-chunks of min(128, L) in its recurrent kernels, 64-token tiles, head-dim blocks of
     min(64, next_pow2(d)), value blocks of min(128, next_pow2(Dv)) in the forward output and dV kernels,
-    one pipeline stage, 4 warps. Its dQ and dK blocks (min(128, next_pow2(Dqk))) are
-    `reference_gradient_block`."""
+    one pipeline stage, 4 warps, an online max in its mLSTMexp output kernel. Its dQ and dK blocks
+    (min(128, next_pow2(Dqk))) are `reference_gradient_block`."""
     from tflabench.kernels.mlstm.launch import next_pow2
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
@@ -277,7 +320,7 @@ def reference_tiling(problem: Problem, chunk: int):
     return Tiling(chunk=chunk, block_state=min(128, chunk), state_block_qk=qk_block, state_block_v=v_block,
                   block_q=tile, block_kv=tile, block_qk=qk_block, block_v=v_block, num_stages=1,
                   out_block_kv=tile, out_block_v=wide_v_block, out_num_stages=1,
-                  dv_block_v=wide_v_block, dkdv_block_kv=tile)
+                  dv_block_v=wide_v_block, dkdv_block_kv=tile, out_prefix_max=False)
 
 
 def reference_gradient_block(problem: Problem) -> int:
@@ -346,9 +389,9 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles)
     launch.dot(t.block_q, t.out_block_v, t.out_block_kv, kv_tiles)
-    exps_per_score = 2 if p.variant == "exp" else 1
-    launch.exp = kv_tiles * t.block_q * t.out_block_kv * exps_per_score
-    launch.reductions = kv_tiles * t.block_q * t.out_block_kv if p.variant == "exp" else 0.0
+    online_max = p.variant == "exp" and not t.out_prefix_max
+    launch.exp = kv_tiles * t.block_q * t.out_block_kv * (2 if online_max else 1)
+    launch.reductions = kv_tiles * t.block_q * t.out_block_kv if online_max else 0.0
     launch.fma = kv_tiles * t.block_q * (3 * t.out_block_kv + t.out_block_v)
     query_blocks = (kv_tiles * qk_blocks if reload_query
                     else t.out_q_tiles * qk_blocks + kv_tiles * (qk_blocks - 1))
@@ -398,6 +441,33 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
     return launch
 
 
+def _dkdv_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
+    """`chunk_dkdv_kernel`: dK and dV in one program per key/value tile of dkdv_block_kv rows over whole
+    head dims, walking the query tiles at and after the diagonal (K Q^T and V dH^T computed once for
+    both); q, k, v, dh and the state gradient read once."""
+    p, e, t = problem, problem.element_bytes, tiling
+    chunks, rows = p.seq_len // t.chunk, t.dkdv_block_kv
+    dqk, dv = p.head_dim_qk, p.head_dim_v
+    programs = (t.chunk // rows) * chunks * p.rows
+    query_tiles = _mean_causal_tiles(t.chunk, rows, t.block_q) * rows / t.block_q
+    launch = Launch("dK+dV", programs, t.dkdv_num_warps, t.dkdv_num_stages, rows * (dqk + dv),
+                    t.block_q * (dqk + dv) * e, kernel="chunk_dkdv_kernel")
+    launch.dot(rows, dqk, dv, 1)
+    launch.dot(rows, dv, dqk, 1)
+    launch.dot(rows, t.block_q, dqk, query_tiles)
+    launch.dot(rows, dv, t.block_q, query_tiles)
+    launch.dot(rows, t.block_q, dv, query_tiles)
+    launch.dot(rows, dqk, t.block_q, query_tiles)
+    launch.exp = query_tiles * rows * t.block_q
+    launch.fma = query_tiles * rows * t.block_q * 3 + rows * (dqk + dv) * 2
+    launch.l2_bytes = (rows * (dqk + dv) * e + dqk * dv * state_bytes
+                       + query_tiles * t.block_q * (dqk + dv) * e)
+    launch.hbm_bytes = (p.rows * p.seq_len * (2 * dqk + 2 * dv) * e
+                        + p.rows * chunks * dqk * dv * state_bytes)
+    launch.store_bytes = p.rows * p.seq_len * ((dqk + dv) * e + 4)
+    return launch
+
+
 def _gate_gradient_launches(problem: Problem) -> list[Launch]:
     """The PyTorch elementwise ops of `launch.gate_grads` (reverse cumsum, sigmoids, casts) as launches
     that each stream [B*H, T] fp32 rows."""
@@ -411,13 +481,12 @@ def _gate_gradient_launches(problem: Problem) -> list[Launch]:
     return launches
 
 
-def _fused_forward_launch(problem: Problem, chunk: int) -> Launch:
-    """`fused_forward_kernel`: (Dv/BV) x B*H programs walking the NC chunks with a [Dqk_p, BV] state."""
-    from tflabench.kernels.mlstm.fused_chunk import FusedTiling
+def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
+    """`fused_forward_kernel` with a `FusedTiling`: (Dv/BV) x B*H programs walking the NC chunks with a
+    [Dqk_p, BV] state."""
     from tflabench.kernels.mlstm.launch import next_pow2
 
     p, e = problem, problem.element_bytes
-    tiling = FusedTiling.default(chunk, p.head_dim_qk, p.head_dim_v, variant=p.variant)
     dqk, bv, chunks = next_pow2(p.head_dim_qk), tiling.block_v, p.seq_len // chunk
     programs = (p.head_dim_v // bv) * p.rows
     launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
@@ -438,14 +507,17 @@ def _fused_forward_launch(problem: Problem, chunk: int) -> Launch:
 
 def _tfla_backward(problem: Problem, tiling, state_bytes: int) -> list[Launch]:
     """TFLA's backward (`xl_chunk._backward`, states recomputed): gate cumsums, state recurrence, dQ, state
-    gradients, dK, dV and the gate gradients."""
+    gradients, dK and dV (one kernel where the tiling fuses them) and the gate gradients."""
+    if tiling.uses_fused_dkdv(problem.head_dim_qk, problem.head_dim_v):
+        key_gradients = [_dkdv_launch(problem, tiling, state_bytes)]
+    else:
+        key_gradients = [_gradient_launch(name, problem, tiling, state_bytes) for name in ("dK", "dV")]
     return [
         _gate_launch(problem, tiling.chunk, tiling.block_state),
         _recurrence_launch("states (recomputed)", problem, tiling, state_bytes),
         _gradient_launch("dQ", problem, tiling, state_bytes),
         _recurrence_launch("state gradients", problem, tiling, state_bytes),
-        _gradient_launch("dK", problem, tiling, state_bytes),
-        _gradient_launch("dV", problem, tiling, state_bytes),
+        *key_gradients,
         *_gate_gradient_launches(problem),
     ]
 
@@ -466,24 +538,27 @@ def check_chunk(problem: Problem, algorithm: str, chunk: int) -> None:
         raise InputError(f"the reference runs chunk sizes that are multiples of 64, got {chunk}")
 
 
-def launches(problem: Problem, algorithm: str, chunk: int) -> list[Launch]:
-    """Every kernel launch of one call (forward, and with mode fwdbw the backward too)."""
+def launches(problem: Problem, algorithm: str, chunk: int, tiling: str | dict | None = None) -> list[Launch]:
+    """Every kernel launch of one call (forward, and with mode fwdbw the backward too), with the default
+    tilings changed by ``tiling``: a tiling text (a named candidate or FIELD=VALUE overrides, as a sweep
+    row records it) or a dict of field overrides (`tiling_fields`)."""
     check_chunk(problem, algorithm, chunk)
     if algorithm == "reference":
         return _reference_launches(problem, chunk)
-    state_bytes = _state_bytes(problem, algorithm)
-    tiling = _tfla_tiling(problem, chunk, "xl_chunk" if algorithm == "fused_chunk" else algorithm)
+    state_bytes = _tiling_state_bytes(problem, algorithm, tiling)
+    tfla_algorithm = "xl_chunk" if algorithm == "fused_chunk" else algorithm
+    tfla_tiling = _tfla_tiling(problem, chunk, tfla_algorithm, tiling)
     if algorithm == "fused_chunk":
-        forward = [_fused_forward_launch(problem, chunk)]
+        forward = [_fused_forward_launch(problem, chunk, _fused_tiling(problem, chunk, tiling))]
     else:
         forward = [
-            _gate_launch(problem, chunk, tiling.block_state),
-            _recurrence_launch("states", problem, tiling, state_bytes),
-            _output_launch(problem, tiling, state_bytes),
+            _gate_launch(problem, chunk, tfla_tiling.block_state),
+            _recurrence_launch("states", problem, tfla_tiling, state_bytes),
+            _output_launch(problem, tfla_tiling, state_bytes),
         ]
-    backward = _tfla_backward(problem, tiling, state_bytes) if problem.mode == "fwdbw" else []
-    _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk))
-    _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk))
+    backward = _tfla_backward(problem, tfla_tiling, state_bytes) if problem.mode == "fwdbw" else []
+    _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk, tiling))
+    _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk, tiling))
     return forward + backward
 
 
@@ -554,24 +629,26 @@ def _compiled_table() -> dict:
     return json.loads(path.read_text())["entries"] if path.exists() else {}
 
 
-def compiled_kernels(problem: Problem, algorithm: str, chunk: int) -> dict | None:
+def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
+                     tiling: str | dict | None = None) -> dict | None:
     """{Triton kernel name: registers, shared_bytes, stack_bytes, loop_local_bytes, ...} of the algorithm's
     tiling at this shape compiled for sm_90 (`scripts/kernel_resources.py --table`, `--reference-table`
     for the reference), or None when the table has no entry or its tiling is not the one the kernels (or
-    the model, for the reference) would use now (a stale entry)."""
-    from tflabench.kernels.mlstm.fused_chunk import FusedTiling
-
-    entry = _compiled_table().get(f"{algorithm}/{problem.variant}/{problem.head_dim_qk}x{problem.head_dim_v}"
-                                  f"/L{chunk}")
-    if entry is None:
-        return None
+    the model, for the reference) would run with ``tiling`` (`tiling_fields`). The table holds today's
+    default tilings and, under keys with a ``/version`` suffix, those of the former versions
+    (`kernels.mlstm.tilings.FORMER_DEFAULTS`); a stale entry or another tiling falls back to the rule."""
+    configuration = f"{algorithm}/{problem.variant}/{problem.head_dim_qk}x{problem.head_dim_v}/L{chunk}"
+    entries = [entry for key, entry in _compiled_table().items()
+               if key == configuration or key.startswith(configuration + "/")]
     if algorithm == "reference":
-        return entry["kernels"] if _reference_entry_matches(entry, reference_tiling(problem, chunk)) else None
-    if algorithm == "fused_chunk":
-        tiling = FusedTiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant)
+        modelled = reference_tiling(problem, chunk)
+        matching = [entry for entry in entries if _reference_entry_matches(entry, modelled)]
     else:
-        tiling = _tfla_tiling(problem, chunk, algorithm)
-    return entry["kernels"] if entry["tiling"] == dataclasses.asdict(tiling) else None
+        resolved = dataclasses.asdict(_fused_tiling(problem, chunk, tiling) if algorithm == "fused_chunk"
+                                      else _tfla_tiling(problem, chunk, algorithm, tiling))
+        matching = [entry for entry in entries if entry.get("tiling") == resolved]
+    return matching[0]["kernels"] if matching else None
+
 
 
 def _reference_entry_matches(entry: dict, tiling) -> bool:
@@ -603,10 +680,11 @@ class Prediction:
         return self.seconds * 1e3
 
 
-def predict(problem: Problem, algorithm: str, chunk: int, rates: Rates) -> Prediction:
-    """The structural model's time of one call."""
+def predict(problem: Problem, algorithm: str, chunk: int, rates: Rates, tiling: str | dict | None = None
+            ) -> Prediction:
+    """The structural model's time of one call (with ``tiling``, as in `launches`)."""
     return Prediction(algorithm, chunk, tuple(launch_time(launch, rates) for launch in launches(
-        problem, algorithm, chunk)))
+        problem, algorithm, chunk, tiling)))
 
 
 def runnable_chunks(problem: Problem, algorithm: str, candidates=(16, 32, 64, 128, 256, 512, 1024, 2048,

@@ -289,8 +289,11 @@ def _distribution_version(name: str) -> str:
 
 
 def software_versions(packages: list[str]) -> dict[str, Any]:
-    """Python, torch, CUDA, cuDNN, triton, numpy, tflabench and the peers' versions."""
+    """Python, torch, CUDA, cuDNN, triton, numpy, tflabench, the version of our kernels' default tilings
+    (`tilings.KERNELS_VERSION`) and the peers' versions."""
     import torch
+
+    from tflabench.kernels.mlstm.tilings import KERNELS_VERSION
 
     versions: dict[str, Any] = {
         "python": platform.python_version(),
@@ -300,6 +303,7 @@ def software_versions(packages: list[str]) -> dict[str, Any]:
     }
     for name in ("triton", "numpy", "tflabench", "nvidia-ml-py"):
         versions[name] = _distribution_version(name)
+    versions["tflabench_kernels"] = KERNELS_VERSION
     versions["peers"] = {name: _distribution_version(name) for name in sorted(set(packages))}
     return versions
 

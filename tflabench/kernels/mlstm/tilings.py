@@ -19,6 +19,19 @@ from tflabench.errors import InputError
 
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
+#: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
+KERNELS_VERSION = "v8"
+#: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
+#: defaults that give that version's kernels, for all variants and for mLSTMexp only. v6: one state stage,
+#: mLSTMexp's online max with key/value tiles of 32, split dK and dV kernels, the masked gates in
+#: mLSTMexp's fused forward; v7 (5cafde5): one state stage, mLSTMexp's key/value tiles of 32; v7.1
+#: (8b13d2d): one state stage.
+FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1},
+           "exp": {"out_prefix_max": False, "out_block_kv": 32, "lean_gate": False}},
+    "v7": {"all": {"state_num_stages": 1}, "exp": {"out_block_kv": 32}},
+    "v7.1": {"all": {"state_num_stages": 1}, "exp": {}},
+}
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -37,6 +50,9 @@ NAMED: dict[str, dict[str, Any]] = {
     "state-v64": {"state_block_v": 64},
     "state-32x64": {"state_block_qk": 32, "state_block_v": 64},
     "state-s2": {"state_num_stages": 2},
+    # one pipeline stage in the state and state-gradient recurrences (the default before state-s2 measured
+    # faster)
+    "state-s1": {"state_num_stages": 1},
     # the forward output kernel: key/value tiles, value block (the scores Q K^T computed once per block),
     # query tiles per program (the state tile read once for all of them), warps, stages
     "out-kv32": {"out_block_kv": 32},
@@ -77,6 +93,17 @@ NAMED: dict[str, dict[str, Any]] = {
     "fused-lean-gate": {"lean_gate": True},
     "fused-masked-gate": {"lean_gate": False},
 }
+
+
+def former_default(version: str | None, variant: str) -> dict[str, Any] | None:
+    """The overrides of today's default tilings that give the default kernels of ``version`` for a
+    variant: {} for today's, None for a version they cannot reproduce (or an unknown one)."""
+    if version in (None, KERNELS_VERSION):
+        return {}
+    former = FORMER_DEFAULTS.get(version)
+    if former is None:
+        return None
+    return {**former["all"], **(former["exp"] if variant == "exp" else {})}
 
 
 def _field_types(algorithm: str) -> dict[str, str]:

@@ -98,7 +98,11 @@ class Tiling:
         faster at Dqk = Dv = 256 and 512, results/perf-log.md v5). At head dims <= 64 dK and dV come from one
         kernel of 4 warps and 2 stages (q, k, v, dh and the state gradient read once for both: forward +
         backward 9-17 % faster at 32 x 64/64, T = 2k ... 64k, L 64 and 128, on an H100,
-        results/h100/ab-small-head-backward); at Dqk 128 / Dv 256 the split kernels were faster (H200)."""
+        results/h100/ab-small-head-backward); at Dqk 128 / Dv 256 the split kernels were faster (H200).
+        The state and state-gradient recurrences run two pipeline stages (their next sub-chunk's loads in
+        flight during the current one's update; sm_90: equal occupancy, fewer registers, no stack): mLSTMsig
+        forward 4-6 % faster at 16 x 128/256, T = 8192, and 12-24 % at T = 65,536 (B x H = 16), L 128 and
+        256, on an H100 (results/h100/ab-state-tiles-v7)."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
@@ -124,6 +128,7 @@ class Tiling:
             dkdv_block_kv=tile,
             dkdv_num_warps=4 if small_heads else 8,
             dkdv_num_stages=2 if small_heads else 1,
+            state_num_stages=2,
         )
 
     def for_chunk(self, chunk: int) -> Tiling:
