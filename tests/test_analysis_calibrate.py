@@ -47,8 +47,10 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     shapes = [(dot["m"], dot["n"], dot["k"], dot["num_warps"]) for dot in blocks["dot"]]
     assert shapes == [(16, 16, 16, 4), (16, 32, 16, 4)]
     assert all(dot["flops_per_s"] > 0 and dot["one_per_sm_flops_per_s"] > 0 for dot in blocks["dot"])
-    assert set(blocks["pointwise"]) == {"exp_elements_per_s", "fma_elements_per_s",
-                                        "row_reduce_elements_per_s"}
+    pointwise = {f"{name}{grid}_elements_per_s" for name in ("exp", "fma", "row_reduce")
+                 for grid in ("", "_one_per_sm")}
+    assert set(blocks["pointwise"]) == pointwise
+    assert all(rate > 0 for rate in blocks["pointwise"].values())
     patterns = {f"{pattern}_{direction}" for pattern in ("token", "state") for direction in ("read", "write")}
     patterns |= {"token_read_one_per_sm", "l2_read"}
     assert set(blocks["memory"]) == {f"{pattern}_bytes_per_s" for pattern in patterns}

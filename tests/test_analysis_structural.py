@@ -360,3 +360,18 @@ def test_model_check_of_a_run_of_two_gpus_uses_each_gpus_calibration(tmp_path, m
     assert set(by_gpu) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
     assert sum(by_gpu["NVIDIA H200"]) < sum(by_gpu["NVIDIA H100 80GB HBM3"])
     assert {group["gpu"] for group in result["all"]["groups"]} == set(by_gpu)
+
+
+def test_pointwise_work_of_a_launch_that_does_not_fill_the_gpu_runs_at_the_one_per_sm_rate(rates):
+    """With ``<name>_one_per_sm_elements_per_s`` in the calibration, a launch with one program per SM gets
+    that rate for its exp / multiply-add work, a full one the full-grid rate; without it, both the latter."""
+    blocks = json.loads(json.dumps(rates.blocks))
+    slower = structural.Rates(blocks)
+    for name in ("exp", "fma"):
+        full = blocks["pointwise"][f"{name}_elements_per_s"]
+        blocks["pointwise"][f"{name}_one_per_sm_elements_per_s"] = full / 4
+    assert slower.pointwise("exp", 1) == rates.pointwise("exp", 1) / 4
+    assert slower.pointwise("exp", 4) == rates.pointwise("exp", 4) == rates.pointwise("exp", 1)
+    few = structural.Launch("few", rates.sm_count, 4, 1, 64 * 64, 16 * 1024)
+    few.exp = few.fma = 1e6
+    assert structural.launch_time(few, slower).compute_s > structural.launch_time(few, rates).compute_s

@@ -245,21 +245,28 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
 
 
 def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
-    """fp32 elements per second (whole GPU) of an exp with two multiply-adds, of one multiply-add and of a
-    row max and row sum with their subtraction and multiply-add (``row_reduce_elements_per_s``)."""
-    programs = _grid_programs(sizes, limits)[0]
+    """fp32 elements per second (whole GPU) of an exp with two multiply-adds (``exp``), of one multiply-add
+    (``fma``) and of a row max and row sum with their subtraction and multiply-add (``row_reduce``), each
+    as ``<name>_elements_per_s`` with `sizes.programs_per_sm` programs per SM and as
+    ``<name>_one_per_sm_elements_per_s`` with one program per SM (4 warps: one per scheduler, nothing to
+    hide a dependent instruction's latency, as in a kernel whose programs do not fill the GPU)."""
     rows, cols = sizes.pointwise_tile
     x = torch.rand(rows * cols, device=sizes.device)
-    out = torch.empty(programs * rows * cols, device=sizes.device)
-    elements = programs * rows * cols * sizes.pointwise_iters
+    out = torch.empty(_grid_programs(sizes, limits)[0] * rows * cols, device=sizes.device)
+    kernels = {
+        "exp": lambda grid: _pointwise_kernel[(grid,)](x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols,
+                                                       EXP=True),
+        "fma": lambda grid: _pointwise_kernel[(grid,)](x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols,
+                                                       EXP=False),
+        "row_reduce": lambda grid: _row_reduce_kernel[(grid,)](x, out, sizes.pointwise_iters, ROWS=rows,
+                                                               COLS=cols),
+    }
     rates = {}
-    for name, exp in (("exp_elements_per_s", True), ("fma_elements_per_s", False)):
-        seconds = timer(lambda exp=exp: _pointwise_kernel[(programs,)](
-            x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols, EXP=exp))
-        rates[name] = elements / seconds
-    seconds = timer(lambda: _row_reduce_kernel[(programs,)](x, out, sizes.pointwise_iters, ROWS=rows,
-                                                            COLS=cols))
-    rates["row_reduce_elements_per_s"] = elements / seconds
+    for name, kernel in kernels.items():
+        for suffix, programs in zip(("", "_one_per_sm"), _grid_programs(sizes, limits), strict=True):
+            elements = programs * rows * cols * sizes.pointwise_iters
+            rates[f"{name}{suffix}_elements_per_s"] = elements / timer(lambda kernel=kernel, grid=programs:
+                                                                       kernel(grid))
     return rates
 
 

@@ -155,6 +155,14 @@ class Rates:
         nearest = min(self.blocks["dot"], key=distance)
         return self.per_sm(nearest["flops_per_s"], nearest["one_per_sm_flops_per_s"], concurrency)
 
+    def pointwise(self, name: str, concurrency: float) -> float:
+        """Per-SM fp32 elements per second of the pointwise block ``name`` (exp, fma, row_reduce),
+        interpolated in the programs running at once like `per_sm` where the calibration has its
+        one-program-per-SM figure, else the full-grid figure."""
+        figures = self.blocks["pointwise"]
+        full = figures[f"{name}_elements_per_s"]
+        return self.per_sm(full, figures.get(f"{name}_one_per_sm_elements_per_s", full), concurrency)
+
     def memory(self, name: str) -> float:
         return float(self.blocks["memory"][f"{name}_bytes_per_s"])
 
@@ -238,11 +246,10 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
                 / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, concurrency)
                 for (m, n, k), count in launch.dots.items())
-    pointwise = rates.blocks["pointwise"]
-    compute = per_sm * (dot_s + launch.exp * sms / pointwise["exp_elements_per_s"]
-                        + launch.fma * sms / pointwise["fma_elements_per_s"])
-    if "row_reduce_elements_per_s" in pointwise:  # calibrations before it leave the reductions untimed
-        compute += per_sm * launch.reductions * sms / pointwise["row_reduce_elements_per_s"]
+    compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
+                        + launch.fma / rates.pointwise("fma", concurrency))
+    if "row_reduce_elements_per_s" in rates.blocks["pointwise"]:  # calibrations before it: untimed
+        compute += per_sm * launch.reductions / rates.pointwise("row_reduce", concurrency)
     hbm_rate = rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
     l2_rate = rates.memory("l2_read") / sms
     compute += per_sm * spilled_bytes(launch) * _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate,
