@@ -12,9 +12,11 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
                    + spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate))
     memory  = n * max(HBM bytes / hbm_rate(c), L2 bytes / l2_rate) + n * stored bytes / store_rate
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
+              (without the last term for a pipelined launch: two or more stages)
 
-with every rate the per-SM share (whole-GPU figure / S) and dot_rate, hbm_rate interpolated in c between
-the calibration's one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
+with every rate the per-SM share (whole-GPU figure / S) and dot_rate, hbm_rate (and the pointwise rates,
+where the calibration has their one-program-per-SM figures) interpolated in c between the calibration's
+one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
 (compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling, else a rule. A
 pass is the sum of its launches.
 
@@ -47,8 +49,6 @@ REGISTER_OVERHEAD = 40
 #: registers per thread are allocated in multiples of 8 (256 per warp); the CUDA runtime reserves 1 KB of
 #: shared memory per resident program (Hopper tuning guide)
 REGISTER_UNIT, SHARED_RESERVED_BYTES = 8, 1024
-#: whether a pipelined launch (two or more stages) overlaps its loads and its compute within each program
-PIPELINE_OVERLAP = True
 #: the table of compiled kernel resources shipped beside this module (`compiled_kernels`)
 COMPILED_RESOURCES = "compiled_resources.json"
 #: elementwise PyTorch launches of the backward's gate gradients (`launch.gate_grads`) and their passes
@@ -260,7 +260,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
-                      pipelined=PIPELINE_OVERLAP and launch.stages >= 2)
+                      pipelined=launch.stages >= 2)
 
 
 # ---------------------------------------------------------------------------------------------- launches
@@ -278,8 +278,8 @@ def _tfla_tiling(problem: Problem, chunk: int, algorithm: str, tiling: str | dic
 
 def _fused_tiling(problem: Problem, chunk: int, tiling: str | dict | None = None):
     """fused_chunk's forward tiling: `FusedTiling.default` with the FusedTiling overrides of ``tiling``
-    (`tiling_fields`).
-    InputError for its own backward (``backward = "fused"``), which the model does not cover."""
+    (`tiling_fields`); InputError for its own backward (``backward = "fused"``), which the model does not
+    cover."""
     from tflabench.kernels.mlstm.fused_chunk import FusedTiling
 
     default = FusedTiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant)
