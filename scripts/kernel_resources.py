@@ -146,19 +146,19 @@ def loop_local_bytes(sass: str) -> int:
     return moved
 
 
-def _launches(args: argparse.Namespace) -> list[Launch]:
-    """The launches of one forward and one backward pass at the requested shape and tiling."""
+def _launches(args: argparse.Namespace, tiling=None) -> list[Launch]:
+    """The launches of one forward and one backward pass at the requested shape, with ``tiling`` or else
+    the default tiling changed by ``args.set``."""
     from tflabench.kernels.mlstm import fused_chunk, xl_chunk
 
-    if args.algorithm == "fused_chunk":
-        tiling = fused_chunk.FusedTiling.default(args.chunk, args.dqk, args.dv, variant=args.variant)
-    else:
-        tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant,
-                                         limit=args.limit)
-    changes = {name: _field_value(value) for name, value in (change.split("=") for change in args.set)}
-    names = {field.name for field in dataclasses.fields(tiling)}
-    fields = {name: value for name, value in getattr(args, "fields", {}).items() if name in names}
-    tiling = dataclasses.replace(tiling, **fields, **changes)
+    if tiling is None:
+        if args.algorithm == "fused_chunk":
+            tiling = fused_chunk.FusedTiling.default(args.chunk, args.dqk, args.dv, variant=args.variant)
+        else:
+            tiling = xl_chunk.Tiling.default(args.chunk, args.dqk, args.dv, variant=args.variant,
+                                             limit=args.limit)
+        changes = dict(change.split("=") for change in args.set)
+        tiling = dataclasses.replace(tiling, **{name: _field_value(value) for name, value in changes.items()})
     tiling.check(args.dqk, args.dv)
     B, T, H = args.batch, args.seq or 2 * args.chunk, args.heads
     q, k = (torch.empty(B, T, H, args.dqk, dtype=torch.bfloat16) for _ in range(2))  # never read: not run
@@ -220,15 +220,13 @@ def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, ve
     """The default tiling of one configuration (in the kernels version ``version``) and, per kernel it
     launches (forward and backward), what `resources` reports; the first launch of a kernel stands for its
     repeats."""
-    from tflabench.kernels.mlstm import tilings
-
     args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2,
-                              seq=None, fields=tilings.former_default(version, variant) or {},
+                              seq=None,
                               algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
                               limit=algorithm == "limit_chunk")
     tiling = _table_tiling(algorithm, variant, dqk, dv, chunk, version)
     kernels = {}
-    for launch in _launches(args):
+    for launch in _launches(args, tiling):
         row = resources(launch)
         kernels.setdefault(row["kernel"], {
             "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
