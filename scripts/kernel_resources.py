@@ -19,7 +19,7 @@ per thread per trip of that loop, read from the SASS).
 `--table` compiles the default tilings over the head dims and chunk sizes the structural performance model
 is checked and plotted at, today's and those of the former kernels versions that committed runs measured
 (`tilings.FORMER_DEFAULTS`, keys with a `/version` suffix), and writes them to
-`tflabench/analysis/compiled_resources.json` (about 25 minutes on two cores); the model reads registers,
+`tflabench/analysis/compiled_resources.json` (about 10 minutes on two cores); the model reads registers,
 shared memory and loop spills from it (docs/performance-model.md).
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
 from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
