@@ -202,17 +202,12 @@ TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysi
 
 def _table_tiling(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None):
     """The default tiling of one configuration in the kernels version ``version`` (None: today's;
-    `tilings.former_default`)."""
-    from tflabench.kernels.mlstm import fused_chunk, tilings, xl_chunk
+    `tilings.former_default`), as the structural model resolves it (`structural.modelled_tiling`)."""
+    from tflabench.analysis import structural
+    from tflabench.kernels.mlstm import tilings
 
-    if algorithm == "fused_chunk":
-        tiling = fused_chunk.FusedTiling.default(chunk, dqk, dv, variant=variant)
-    else:
-        tiling = xl_chunk.Tiling.default(chunk, dqk, dv, variant=variant, limit=algorithm == "limit_chunk")
-    names = {field.name for field in dataclasses.fields(tiling)}
-    former = tilings.former_default(version, variant) or {}
-    tiling = dataclasses.replace(tiling, **{name: value for name, value in former.items() if name in names})
-    return tiling if algorithm == "fused_chunk" else tiling.for_chunk(chunk)
+    problem = structural.Problem(1, 2 * chunk, 1, dqk, dv, variant=variant)
+    return structural.modelled_tiling(problem, algorithm, chunk, tilings.former_default(version, variant))
 
 
 def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None = None

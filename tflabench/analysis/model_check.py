@@ -114,18 +114,18 @@ def modelled_tilings(run: Run) -> str:
     return f"today's defaults ({tilings.KERNELS_VERSION}; the run's kernels {version} are not reproduced)"
 
 
-def _row_tiling(run: Run, variant: str, tiling: str | None) -> dict | None:
+def _row_tiling(version: str | None, variant: str, tiling: str | None) -> dict | None:
     """The tiling overrides of a row: its kernels version's former defaults, then its own tiling."""
     from tflabench.kernels.mlstm import tilings
 
-    fields = {**(tilings.former_default(kernels_version(run), variant) or {}),
-              **structural.tiling_fields(tiling)}
+    fields = {**(tilings.former_default(version, variant) or {}), **structural.tiling_fields(tiling)}
     return fields or None
 
 
 def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
     """Predicted vs measured for every ``ok`` row the model covers."""
     checks = []
+    version = kernels_version(run)
     table = run.table[run.table["status"] == "ok"]
     for _, row in table.iterrows():
         params = _row_params(row)
@@ -139,7 +139,7 @@ def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
                                      mode=str(row["mode"]), element_bytes=element_bytes)
         tiling = params.get("tiling") if isinstance(params.get("tiling"), str) else None
         try:
-            row_tiling = _row_tiling(run, variant, tiling) if algorithm != "reference" else None
+            row_tiling = _row_tiling(version, variant, tiling) if algorithm != "reference" else None
             predicted = structural.predict(problem, algorithm, chunk, rates, row_tiling)
         except InputError:
             continue

@@ -289,6 +289,15 @@ def _fused_tiling(problem: Problem, chunk: int, tiling: str | dict | None = None
     return fused
 
 
+def modelled_tiling(problem: Problem, algorithm: str, chunk: int, tiling: str | dict | None = None):
+    """The tiling of our algorithm's first launch with ``tiling`` applied: fused_chunk's `FusedTiling` (its
+    forward), else xl_chunk's / limit_chunk's `Tiling`; what compiled_resources.json entries are keyed by
+    (`scripts/kernel_resources.py --table`)."""
+    if algorithm == "fused_chunk":
+        return _fused_tiling(problem, chunk, tiling)
+    return _tfla_tiling(problem, chunk, algorithm, tiling)
+
+
 def tiling_fields(tiling: str | dict | None) -> dict:
     """The field overrides of a tiling: a tiling text (`kernels.mlstm.tilings.overrides`; None and
     "default" set none) or a dict of them."""
@@ -552,6 +561,7 @@ def launches(problem: Problem, algorithm: str, chunk: int, tiling: str | dict | 
     check_chunk(problem, algorithm, chunk)
     if algorithm == "reference":
         return _reference_launches(problem, chunk)
+    tiling = tiling_fields(tiling)
     state_bytes = _tiling_state_bytes(problem, algorithm, tiling)
     tfla_algorithm = "xl_chunk" if algorithm == "fused_chunk" else algorithm
     tfla_tiling = _tfla_tiling(problem, chunk, tfla_algorithm, tiling)
@@ -651,8 +661,7 @@ def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
         modelled = reference_tiling(problem, chunk)
         matching = [entry for entry in entries if _reference_entry_matches(entry, modelled)]
     else:
-        resolved = dataclasses.asdict(_fused_tiling(problem, chunk, tiling) if algorithm == "fused_chunk"
-                                      else _tfla_tiling(problem, chunk, algorithm, tiling))
+        resolved = dataclasses.asdict(modelled_tiling(problem, algorithm, chunk, tiling))
         matching = [entry for entry in entries if entry.get("tiling") == resolved]
     return matching[0]["kernels"] if matching else None
 
