@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tfla-grid preset on one GPU as results/RUN, advanced by one device command (repeat until "complete"):
 # our explicit algorithms and the peers first; once they are all measured, the default-choice table
-# (tflabench/kernels/mlstm/choices.json) is rebuilt from every results/grid-* run present, and the "auto"
-# kernels are measured with it. Then plot and report.
+# (tflabench/kernels/mlstm/choices.json) is rebuilt from the per-GPU grids of today's kernels present
+# (TFLABENCH_CHOICE_RUNS, default results/grid-h100 results/grid-h200), and the "auto" kernels are measured
+# with it. Then plot and report.
 #
 # Usage, on the GPU machine in the repository root (the run so far travels with the working tree):
 #   TFLABENCH_GIT_COMMIT=<commit> bash scripts/gpu_grid.sh RUN [COMMAND_S]
@@ -38,7 +39,9 @@ sweep() {  # sweep KERNELS: measure until the call's time is up; 0 when every po
 }
 
 if sweep "$explicit"; then
-    python3 scripts/build_choice_table.py results/grid-* >> "$log" 2>&1 \
+    choice_runs=$(for dir in ${TFLABENCH_CHOICE_RUNS:-results/grid-h100 results/grid-h200}; do
+        [[ -f $dir/results.csv ]] && echo "$dir"; done)
+    python3 scripts/build_choice_table.py $choice_runs >> "$log" 2>&1 \
         && cp tflabench/kernels/mlstm/choices.json "$out/"
     sweep "tflabench.*.auto" && echo "complete: $run_dir"
 fi
