@@ -25,14 +25,17 @@ explicit=${TFLABENCH_GRID_KERNELS:-"tflabench.*.xl_chunk,tflabench.*.fused_chunk
 [[ -d /tmp/site/fla ]] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
     wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
-mkdir -p "$run_dir" "$out"
+mkdir -p "$out"
 
 sweep() {  # sweep KERNELS: measure until the call's time is up; 0 when every point of KERNELS is done
     local left=$((command_s - SECONDS - report_s))
     ((left < 60)) && return 1
+    mkdir -p "$run_dir"
     echo "== $(date -u +%FT%TZ) $run: $1, ${left}s left" >> "$log"
+    local resume=()
+    [[ -f $run_dir/meta.json ]] && resume=(--resume)  # the first call starts the run
     timeout -s INT -k 30 "$left" python3 -m tflabench sweep --preset tfla-grid --run-name "$run" --out results \
-        --resume --budget $((left - 150)) --timeout 120 --kernels "$1" > "$run_dir/last-sweep.txt" 2>&1
+        "${resume[@]}" --budget $((left - 150)) --timeout 120 --kernels "$1" > "$run_dir/last-sweep.txt" 2>&1
     local status=$?
     cat "$run_dir/last-sweep.txt" >> "$log"
     ((status == 0)) && ! grep -q "budget reached" "$run_dir/last-sweep.txt"

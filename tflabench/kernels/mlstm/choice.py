@@ -32,7 +32,7 @@ FUSED_PROGRAMS_PER_SM = 1.5
 #: value blocks shrink to 32 columns and it ran 1.8x slower than TFLA with 7.8 programs per SM)
 FUSED_MAX_HEAD_DIM_QK = 128
 #: variants whose fused forward the rule never picks: mLSTMexp's lost every group of the tfla-grid runs
-#: (results/h100/grid-v6, results/grid-h200: 4-17x slower than its TFLA forward; it spills registers)
+#: (results/grid-h100, results/grid-h200: 4-17x slower than its TFLA forward; it spills registers)
 FUSED_LOSING_VARIANTS = ("exp",)
 #: SMs assumed when the device is not a CUDA GPU (an H100 SXM)
 DEFAULT_SM_COUNT = 132
