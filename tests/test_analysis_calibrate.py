@@ -57,7 +57,37 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert set(blocks["memory_patterns"]) == {"token", "state"}
     assert set(blocks["launch"]) == {"launch_s", "program_s"}
     assert set(blocks["spills"]) == {"local_bytes_per_s", "spill_bytes_per_thread", "spill_seconds"}
+    assert [(walk["kind"], walk["l"], walk["dqk"], walk["dv"]) for walk in blocks["walk"]] == [
+        ("state", 16, 16, 32), ("fused", 16, 16, 32)]
+    assert all(walk["step_s"] > 0 for walk in blocks["walk"])
     assert blocks["seconds"] > 0
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_walk_microbenchmark_computes_the_recurrence_it_times(fused):
+    """`_walk_kernel` (interpreter, fp32): the state after the steps and the last step's h of the fused
+    walk equal the same recurrence in float64, so the timed steps do the work they stand for."""
+    torch.manual_seed(0)
+    slots, chunk, dqk, dv, steps = 2, 16, 16, 32, 3
+    q, k = torch.randn(slots, chunk, dqk) / 8, torch.randn(slots, chunk, dqk) / 8
+    v = torch.randn(slots, chunk, dv)
+    h, out = torch.zeros(1, chunk, dv), torch.zeros(1)
+    calibrate_blocks._walk_kernel[(1,)](q, k, v, h, out, steps, slots, L=chunk, DQK=dqk, DV=dv, FUSED=fused,
+                                        NUM_STAGES=1)
+    rows = torch.arange(chunk, dtype=torch.float64)
+    state, last_h = torch.zeros(dqk, dv, dtype=torch.float64), None
+    for step in range(steps):
+        qs, ks, vs = (x[step % slots].double() for x in (q, k, v))
+        if fused:
+            scores = qs @ ks.T
+            scores = scores * torch.exp(scores * 0.001 - (rows[:, None] - rows[None, :]) * 0.01)
+            scores = torch.where(rows[:, None] >= rows[None, :], scores, 0.0)
+            last_h = qs @ state + scores @ vs
+        weight = torch.exp(rows * -0.01 + step * 1e-6)
+        state = state * 0.999 + (ks * weight[:, None]).T @ vs
+    assert out.item() == pytest.approx(state.sum().item(), rel=1e-4)
+    if fused:
+        torch.testing.assert_close(h[0].double(), last_h, rtol=1e-4, atol=1e-5)
 
 
 def test_the_gpu_sizes_cover_the_kernels_tiles():

@@ -3,6 +3,7 @@ figures, not a measurement): launches from the kernels' own tilings, occupancy, 
 of a run, and the `predict` / `model-check` / `optimal-chunk` commands with their errors."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -375,3 +376,36 @@ def test_pointwise_work_of_a_launch_that_does_not_fill_the_gpu_runs_at_the_one_p
     few = structural.Launch("few", rates.sm_count, 4, 1, 64 * 64, 16 * 1024)
     few.exp = few.fma = 1e6
     assert structural.launch_time(few, slower).compute_s > structural.launch_time(few, rates).compute_s
+
+
+def test_a_walk_of_few_programs_takes_the_latency_of_its_steps(rates):
+    """With walks in the calibration, a launch whose programs walk the chunks in order takes at least the
+    rounds of programs on an SM x its steps x the nearest calibrated step (same kind); a walk-free
+    calibration (the fixture) keeps the throughput prediction, which stays where it is the larger."""
+    few = structural.Problem(1, 65536, 32, 64, 64)
+    fused = _launch(few, "fused_chunk", 64, "fused forward")
+    assert fused.walk == ("fused", 64, 64, 64) and fused.loop_trips == 1024
+    states = _launch(few, "xl_chunk", 64, "states")
+    assert states.walk[0] == "state" and states.loop_trips == 65536 // states.walk[1]
+    blocks = json.loads(json.dumps(rates.blocks))
+    step = 5e-6
+    blocks["walk"] = [{"kind": "fused", "l": 64, "dqk": 64, "dv": 64, "num_warps": 4, "num_stages": 2,
+                       "step_s": step},
+                      {"kind": "fused", "l": 128, "dqk": 128, "dv": 64, "num_warps": 4, "num_stages": 2,
+                       "step_s": 4 * step},
+                      {"kind": "state", "l": 64, "dqk": 64, "dv": 64, "num_warps": 4, "num_stages": 1,
+                       "step_s": step / 10}]
+    walking = structural.Rates(blocks)
+    assert walking.walk_step(("fused", 64, 64, 64), 4, 2) == step
+    assert walking.walk_step(("fused", 128, 128, 32), 4, 2) == 4 * step
+    assert walking.walk_step(("state", 64, 64, 64), 4, 2) == step / 10
+    assert walking.walk_step(("other", 64, 64, 64), 4, 2) == rates.walk_step(("fused", 64, 64, 64), 4, 2) == 0
+    timed = structural.launch_time(fused, walking)
+    assert timed.concurrency == 1 and timed.compute_s == pytest.approx(1024 * step)
+    assert structural.launch_time(fused, rates).compute_s < 1024 * step
+    full = _launch(structural.Problem(64, 1024, 32, 64, 64), "fused_chunk", 64, "fused forward")
+    throughput, latency = structural.launch_time(full, rates), structural.launch_time(full, walking)
+    rounds = math.ceil(math.ceil(full.programs / rates.sm_count) / throughput.concurrency)
+    assert rounds > 1 and latency.compute_s == pytest.approx(max(throughput.compute_s, rounds * 16 * step))
+    blocks["walk"][0]["step_s"] = step / 100
+    assert structural.launch_time(full, structural.Rates(blocks)).compute_s == throughput.compute_s

@@ -13,6 +13,10 @@ the whole GPU busy (aggregate rates, all SMs):
   of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes) and the [Dqk, Dv] state tiles of
   a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads); ``local``: the
   local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
+* ``walk``: seconds per step of one program per SM walking a sequence of tiles in order with a state
+  carried from step to step, as the chunk-recurrent kernels do (the TFLA state recurrence; the fused
+  kernels' chunk walk): with nothing else on its SM, each step waits for the one before, so its latency,
+  not a throughput, is what such a launch takes when its programs do not fill the GPU;
 * ``launch``: seconds per launch of a back-to-back burst of one-program launches, and seconds per program of
   an (almost) empty kernel with many programs;
 * ``device``: SM count, shared memory and registers per SM, L2 size (what occupancy is computed from).
@@ -42,10 +46,24 @@ DOT_SHAPES = (
     (128, 64, 64, 8), (128, 128, 64, 8), (128, 128, 128, 8), (128, 256, 64, 8),
 )
 
+#: (kind, L, Dqk, Dv, num_warps, num_stages) of the timed walks: ``state``, the state recurrence's sub-chunk
+#: step on a [Dqk, Dv] state tile ([BL, BK] and [BL, BV] operand tiles; one stage as the reference runs it,
+#: two as ours); ``fused``, the fused forward's chunk step on a [Dqk, BV] state (4 warps: mLSTMsig's, 8:
+#: mLSTMexp's)
+WALK_SHAPES = (
+    ("state", 64, 64, 64, 4, 1), ("state", 128, 64, 64, 4, 1),
+    ("state", 64, 64, 64, 4, 2), ("state", 128, 64, 64, 4, 2),
+    ("state", 64, 64, 128, 4, 2), ("state", 128, 64, 128, 4, 2),
+    ("fused", 64, 64, 64, 4, 2), ("fused", 128, 64, 64, 4, 2),
+    ("fused", 64, 128, 64, 4, 2), ("fused", 128, 128, 64, 4, 2),
+    ("fused", 64, 64, 64, 8, 2), ("fused", 128, 64, 64, 8, 2),
+)
+
 
 @dataclass(frozen=True)
 class BlockSizes:
-    """How big each microbenchmark is. dot_iters / pointwise_iters: loop trips per program; programs_per_sm:
+    """How big each microbenchmark is. dot_iters / pointwise_iters / walk_steps: loop trips per program;
+    programs_per_sm:
     programs launched per SM (the grid); stream_bytes: bytes read or written per memory pattern;
     launch_programs: programs of the per-program-overhead launch; burst: launches per launch-overhead
     sample; repeats: timed samples (median kept)."""
@@ -54,6 +72,8 @@ class BlockSizes:
     dot_shapes: tuple[tuple[int, int, int, int], ...] = DOT_SHAPES
     dot_iters: int = 1024
     dot_stages: int = 2
+    walk_shapes: tuple[tuple[str, int, int, int, int, int], ...] = WALK_SHAPES
+    walk_steps: int = 256
     pointwise_tile: tuple[int, int] = (64, 64)
     pointwise_iters: int = 1024
     spill_tile: tuple[int, int] = (256, 256)  # fp32, 4 warps: 512 elements per thread, about half spilled
@@ -73,7 +93,8 @@ class BlockSizes:
     def tiny(cls) -> BlockSizes:
         """Smallest sizes that run every code path (float32, CPU tensors, Triton interpreter)."""
         return cls(dtype=torch.float32, dot_shapes=((16, 16, 16, 4), (16, 32, 16, 4)), dot_iters=2,
-                   dot_stages=1, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
+                   dot_stages=1, walk_shapes=(("state", 16, 16, 32, 4, 1), ("fused", 16, 16, 32, 4, 1)),
+                   walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
                    spill_iters=2, programs_per_sm=1,
                    stream_bytes=2**14, token_shape=(2, 16), token_tile_rows=16, state_shape=(16, 32),
                    state_tile=(16, 16), launch_programs=4, burst=2, repeats=1, device="cpu")
@@ -148,6 +169,36 @@ def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
         b = tl.load(b_ptr + slot * K * N + offs_k[:, None] * N + offs_n[None, :])
         acc = tl.dot(a, b, acc)
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
+
+
+@triton.jit
+def _walk_kernel(q_ptr, k_ptr, v_ptr, h_ptr, out_ptr, STEPS, SLOTS, L: tl.constexpr, DQK: tl.constexpr,
+                 DV: tl.constexpr, FUSED: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """STEPS steps of one program in order, a [DQK, DV] fp32 state carried from each to the next; each step
+    loads k [L, DQK] and v [L, DV] (and q [L, DQK] when FUSED) from one of SLOTS tile slots (L2-resident)
+    and updates the state C <- d C + (w k)^T v (w: a gate weight per row, exp of a pointwise term). FUSED
+    adds the fused forward's chunk work before the update: gated causal scores S = (q k^T) * exp(.) [L, L],
+    h = q C + S v [L, DV], stored to h[pid]. Writes the state's sum to out[pid]."""
+    pid = tl.program_id(0)
+    offs_l = tl.arange(0, L)
+    offs_k = tl.arange(0, DQK)
+    offs_v = tl.arange(0, DV)
+    state = tl.zeros([DQK, DV], dtype=tl.float32)
+    for step in tl.range(0, STEPS, num_stages=NUM_STAGES):
+        slot = (pid + step) % SLOTS
+        k = tl.load(k_ptr + slot * L * DQK + offs_l[:, None] * DQK + offs_k[None, :])
+        v = tl.load(v_ptr + slot * L * DV + offs_l[:, None] * DV + offs_v[None, :])
+        if FUSED:
+            q = tl.load(q_ptr + slot * L * DQK + offs_l[:, None] * DQK + offs_k[None, :])
+            scores = tl.dot(q, tl.trans(k))
+            gate = tl.exp(scores * 0.001 - (offs_l[:, None] - offs_l[None, :]).to(tl.float32) * 0.01)
+            scores = tl.where(offs_l[:, None] >= offs_l[None, :], scores * gate, 0.0)
+            h = tl.dot(q, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
+            tl.store(h_ptr + pid * L * DV + offs_l[:, None] * DV + offs_v[None, :], h)
+        weight = tl.exp(offs_l.to(tl.float32) * -0.01 + step * 1e-6)
+        k_gated = (k.to(tl.float32) * weight[:, None]).to(k.dtype)
+        state = state * 0.999 + tl.dot(tl.trans(k_gated), v)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(state, 1), 0))
 
 
 @triton.jit
@@ -241,6 +292,27 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
             rates.append(2 * m * n * k * sizes.dot_iters * programs / timer(launch))
         results.append({"m": m, "n": n, "k": k, "num_warps": warps, "flops_per_s": rates[0],
                         "one_per_sm_flops_per_s": rates[1]})
+    return results
+
+
+def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
+    """Seconds per step (``step_s``) of `_walk_kernel` per (kind, L, Dqk, Dv, num_warps, num_stages) of
+    `sizes.walk_shapes`, one program per SM (the SMs' programs run side by side and do not meet)."""
+    slots = 64 if sizes.device == "cuda" else 2
+    programs = _grid_programs(sizes, limits)[1]
+    results = []
+    for kind, chunk, dqk, dv, warps, stages in sizes.walk_shapes:
+        q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
+        v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
+        h = torch.empty(programs, chunk, dv, device=sizes.device)
+        out = torch.empty(programs, device=sizes.device)
+
+        def launch(q=q, k=k, v=v, h=h, out=out, kind=kind, chunk=chunk, dqk=dqk, dv=dv, warps=warps,
+                   stages=stages):
+            _walk_kernel[(programs,)](q, k, v, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk, DV=dv,
+                                      FUSED=kind == "fused", NUM_STAGES=stages, num_warps=warps)
+        results.append({"kind": kind, "l": chunk, "dqk": dqk, "dv": dv, "num_warps": warps,
+                        "num_stages": stages, "step_s": timer(launch) / sizes.walk_steps})
     return results
 
 
@@ -419,6 +491,7 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
         "memory": measure_memory(sizes, limits, timer),
         "memory_patterns": memory_patterns(sizes),
         "spills": measure_spills(sizes, limits, timer),
+        "walk": measure_walks(sizes, limits, timer),
         "launch": measure_launch(sizes, timer),
     }
     blocks["seconds"] = time.perf_counter() - started

@@ -544,6 +544,9 @@ def _print_blocks(console: Console, blocks: dict) -> None:
         rates.add_row(name.replace("_", " "), f"{value / 1e12:.2f} TB/s")
     if "spills" in blocks:
         rates.add_row("local memory (spills)", f"{blocks['spills']['local_bytes_per_s'] / 1e12:.2f} TB/s")
+    for walk in blocks.get("walk", []):
+        rates.add_row("{kind} walk step, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(
+            **walk), f"{walk['step_s'] * 1e6:.2f} us")
     rates.add_row("launch", f"{blocks['launch']['launch_s'] * 1e6:.2f} us")
     rates.add_row("per program", f"{blocks['launch']['program_s'] * 1e9:.3f} ns")
     rates.add_row("SMs", str(blocks["device"]["sm_count"]))

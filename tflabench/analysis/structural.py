@@ -14,6 +14,11 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
               (without the last term for a pipelined launch: two or more stages)
 
+and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
+a calibration that times such walks, compute at least ceil(n / c) * trips * step: each of the rounds of c
+programs on an SM takes the latency of one program's walk (its steps wait for each other), the calibrated
+seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
+
 with every rate the per-SM share (whole-GPU figure / S) and dot_rate, hbm_rate (and the pointwise rates,
 where the calibration has their one-program-per-SM figures) interpolated in c between the calibration's
 one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
@@ -96,7 +101,8 @@ class Launch:
     stage_bytes (shared memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton
     function) finds its compiled registers, shared memory and loop spills (`compiled`, from
     compiled_resources.json) when the table has them, and `loop_trips` is the trips of its outermost loop
-    per program (what the spills of one trip are multiplied by)."""
+    per program (what the spills of one trip are multiplied by). `walk`: (kind, L, Dqk, Dv) of the step of a
+    launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`)."""
 
     name: str
     programs: int
@@ -115,6 +121,7 @@ class Launch:
     kernel: str = ""
     loop_trips: float = 1.0
     compiled: dict | None = None
+    walk: tuple[str, int, int, int] | None = None
 
     def dot(self, m: int, n: int, k: int, count: float) -> None:
         self.dots[(m, n, k)] = self.dots.get((m, n, k), 0.0) + count
@@ -165,6 +172,22 @@ class Rates:
 
     def memory(self, name: str) -> float:
         return float(self.blocks["memory"][f"{name}_bytes_per_s"])
+
+    def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
+        """Seconds per step of one program walking the chunks in order: the calibrated walk of the same
+        kind nearest in log2 (L, Dqk, Dv), a warp count or stage count that differs counting as one doubling;
+        0 when the calibration times no walk of that kind."""
+        kind, *shape = walk
+        measured = [item for item in self.blocks.get("walk", []) if item["kind"] == kind]
+        if not measured:
+            return 0.0
+
+        def distance(item: dict) -> float:
+            gap = sum(abs(math.log2(item[key] / size)) for key, size in zip(("l", "dqk", "dv"), shape,
+                                                                            strict=True))
+            return gap + (item["num_warps"] != warps) + (item["num_stages"] != stages)
+
+        return float(min(measured, key=distance)["step_s"])
 
 
 # ---------------------------------------------------------------------------------------------- occupancy
@@ -257,6 +280,10 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
     stores = launch.store_bytes / launch.programs * sms / rates.memory(f"{launch.store_pattern}_write")
     memory = per_sm * (loads + stores)
+    if launch.walk is not None:
+        rounds = math.ceil(per_sm / concurrency)
+        compute = max(compute, rounds * launch.loop_trips * rates.walk_step(launch.walk, launch.warps,
+                                                                            launch.stages))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
@@ -371,7 +398,7 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int) ->
     programs = (p.head_dim_qk // bk) * (p.head_dim_v // bv) * p.rows
     kernel = "chunk_states_kernel" if name.startswith("states") else "chunk_state_grads_kernel"
     launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
-                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps)
+                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv))
     launch.dot(bk, bv, bl, steps)
     launch.exp = steps * bl
     launch.fma = steps * (bk * bv + bl * bk)
@@ -507,7 +534,7 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     programs = (p.head_dim_v // bv) * p.rows
     launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
                     dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e,
-                    kernel="fused_forward_kernel", loop_trips=chunks)
+                    kernel="fused_forward_kernel", loop_trips=chunks, walk=("fused", chunk, dqk, bv))
     launch.dot(chunk, chunk, dqk, chunks)
     launch.dot(chunk, bv, dqk, chunks)
     launch.dot(chunk, bv, chunk, chunks)
