@@ -1,9 +1,11 @@
 """Write the measured table of `tflabench.kernels.mlstm.choice` (choices.json) from tfla-grid runs.
 
-Usage: python scripts/build_choice_table.py RUN_DIR [RUN_DIR ...]
+Usage: python scripts/build_choice_table.py RUN_DIR [RUN_DIR ...]   (oldest run first)
 Each run's measured rows (status ok) of our explicit algorithms (tflabench.mlstm_{sig,exp}.{xl_chunk,
 limit_chunk,fused_chunk}) become table rows keyed by GPU model, variant, mode and shape; `choice.choose`
-takes the fastest row that fits what it is asked.
+takes the fastest row that fits what it is asked. A run replaces the rows of the runs before it wherever it
+measured the same algorithm for the same GPU model, variant, mode and shape (a newer kernels version's
+timings replace the older ones; the algorithms it did not measure keep theirs).
 """
 
 from __future__ import annotations
@@ -34,10 +36,27 @@ def table_rows(run_dir: Path) -> list[dict]:
     return rows
 
 
+def _key(row: dict) -> tuple:
+    """What a newer run's row replaces: the same GPU model, variant, mode, shape and algorithm."""
+    return row["gpu"], row["variant"], row["mode"], tuple(row["shape"].values()), row["algorithm"]
+
+
+def newest_rows(runs_rows: list[list[dict]]) -> list[dict]:
+    """The rows of runs given oldest first, each (GPU, variant, mode, shape, algorithm) from the last run
+    that measured it."""
+    newest: dict[tuple, list[dict]] = {}
+    for rows in runs_rows:
+        measured: dict[tuple, list[dict]] = {}
+        for row in rows:
+            measured.setdefault(_key(row), []).append(row)
+        newest.update(measured)
+    return [row for rows in newest.values() for row in rows]
+
+
 def main(run_dirs: list[str]) -> None:
-    rows = [row for run_dir in run_dirs for row in table_rows(Path(run_dir))]
+    rows = newest_rows([table_rows(Path(run_dir)) for run_dir in run_dirs])
     runs = ", ".join(Path(run_dir).as_posix() for run_dir in run_dirs)
-    source = f"bf16 medians of the tfla-grid runs {runs}"
+    source = f"bf16 medians of the runs {runs} (a later run's rows replace an earlier one's)"
     path = Path(choice.__file__).with_name(choice.TABLE)
     path.write_text(json.dumps({"source": source, "rows": rows}, indent=None, separators=(",", ":")) + "\n")
     print(f"wrote {len(rows)} rows to {path}")

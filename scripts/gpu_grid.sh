@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The tfla-grid preset on one GPU as results/RUN, advanced by one device command (repeat until "complete"):
 # our explicit algorithms and the peers first; once they are all measured, the default-choice table
-# (tflabench/kernels/mlstm/choices.json) is rebuilt from the per-GPU grids of today's kernels present
-# (TFLABENCH_CHOICE_RUNS, default results/grid-h100 results/grid-h200), and the "auto" kernels are measured
-# with it. Then plot and report.
+# (tflabench/kernels/mlstm/choices.json) is rebuilt from the runs of TFLABENCH_CHOICE_RUNS (oldest first;
+# default: those of the shipped table) and this run last, a later run's rows replacing an earlier one's
+# (scripts/build_choice_table.py), and the "auto" kernels are measured with it. Then plot and report.
 #
 # Usage, on the GPU machine in the repository root (the run so far travels with the working tree):
 #   TFLABENCH_GIT_COMMIT=<commit> bash scripts/gpu_grid.sh RUN [COMMAND_S]
@@ -42,8 +42,10 @@ sweep() {  # sweep KERNELS: measure until the call's time is up; 0 when every po
 }
 
 if sweep "$explicit"; then
-    choice_runs=$(for dir in ${TFLABENCH_CHOICE_RUNS:-results/grid-h100 results/grid-h200}; do
-        [[ -f $dir/results.csv ]] && echo "$dir"; done)
+    shipped="results/grid-h100 results/grid-h200 results/h100/grid-t8192-v7 results/h100/fig4-v8
+        results/h100/grid-t65536-v8 results/h200/grid-t8192-v8"
+    choice_runs=$(for dir in ${TFLABENCH_CHOICE_RUNS:-$shipped}; do
+        [[ -f $dir/results.csv && $dir != "$run_dir" ]] && echo "$dir"; done; echo "$run_dir")
     python3 scripts/build_choice_table.py $choice_runs >> "$log" 2>&1 \
         && cp tflabench/kernels/mlstm/choices.json "$out/"
     sweep "tflabench.*.auto" && echo "complete: $run_dir"
