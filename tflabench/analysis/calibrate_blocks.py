@@ -154,20 +154,22 @@ class _Timer:
 
 # ---------------------------------------------------------------------------------------------- kernels
 @triton.jit
+def _slot_tile(ptr, slot, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Tile `slot` [ROWS, COLS] of a contiguous [SLOTS, ROWS, COLS] buffer."""
+    offsets = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    return tl.load(ptr + slot * ROWS * COLS + offsets)
+
+
+@triton.jit
 def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
                 M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, NUM_STAGES: tl.constexpr):
     """acc[M, N] += a[M, K] @ b[K, N] ITERS times, the operands loaded each iteration from one of SLOTS
     tile slots (a [SLOTS, M, K], b [SLOTS, K, N], L2-resident). Writes the sum of acc to out[pid]."""
     pid = tl.program_id(0)
-    offs_m = tl.arange(0, M)
-    offs_n = tl.arange(0, N)
-    offs_k = tl.arange(0, K)
     acc = tl.zeros([M, N], dtype=tl.float32)
     for it in tl.range(0, ITERS, num_stages=NUM_STAGES):
         slot = (pid + it) % SLOTS
-        a = tl.load(a_ptr + slot * M * K + offs_m[:, None] * K + offs_k[None, :])
-        b = tl.load(b_ptr + slot * K * N + offs_k[:, None] * N + offs_n[None, :])
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(_slot_tile(a_ptr, slot, M, K), _slot_tile(b_ptr, slot, K, N), acc)
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
 
 
@@ -181,15 +183,14 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, h_ptr, out_ptr, STEPS, SLOTS, L: tl.conste
     h = q C + S v [L, DV], stored to h[pid]. Writes the state's sum to out[pid]."""
     pid = tl.program_id(0)
     offs_l = tl.arange(0, L)
-    offs_k = tl.arange(0, DQK)
     offs_v = tl.arange(0, DV)
     state = tl.zeros([DQK, DV], dtype=tl.float32)
     for step in tl.range(0, STEPS, num_stages=NUM_STAGES):
         slot = (pid + step) % SLOTS
-        k = tl.load(k_ptr + slot * L * DQK + offs_l[:, None] * DQK + offs_k[None, :])
-        v = tl.load(v_ptr + slot * L * DV + offs_l[:, None] * DV + offs_v[None, :])
+        k = _slot_tile(k_ptr, slot, L, DQK)
+        v = _slot_tile(v_ptr, slot, L, DV)
         if FUSED:
-            q = tl.load(q_ptr + slot * L * DQK + offs_l[:, None] * DQK + offs_k[None, :])
+            q = _slot_tile(q_ptr, slot, L, DQK)
             scores = tl.dot(q, tl.trans(k))
             gate = tl.exp(scores * 0.001 - (offs_l[:, None] - offs_l[None, :]).to(tl.float32) * 0.01)
             scores = tl.where(offs_l[:, None] >= offs_l[None, :], scores * gate, 0.0)

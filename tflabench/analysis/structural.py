@@ -133,6 +133,12 @@ class Launch:
 
 
 # ---------------------------------------------------------------------------------------------- rates
+def _log2_gap(measured: dict, keys, shape) -> float:
+    """Sum over the keys of |log2(measured size / wanted size)|: how far a calibrated tile shape is from
+    the one asked for."""
+    return sum(abs(math.log2(measured[key] / size)) for key, size in zip(keys, shape, strict=True))
+
+
 @dataclass(frozen=True)
 class Rates:
     """The calibration's building-block figures (whole GPU) and device limits."""
@@ -156,8 +162,7 @@ class Rates:
         (the same warp count preferred)."""
 
         def distance(dot: dict) -> tuple[float, int]:
-            gap = sum(abs(math.log2(dot[key] / size)) for key, size in zip("mnk", shape, strict=True))
-            return gap, dot["num_warps"] != warps
+            return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
 
         nearest = min(self.blocks["dot"], key=distance)
         return self.per_sm(nearest["flops_per_s"], nearest["one_per_sm_flops_per_s"], concurrency)
@@ -183,8 +188,7 @@ class Rates:
             return 0.0
 
         def distance(item: dict) -> float:
-            gap = sum(abs(math.log2(item[key] / size)) for key, size in zip(("l", "dqk", "dv"), shape,
-                                                                            strict=True))
+            gap = _log2_gap(item, ("l", "dqk", "dv"), shape)
             return gap + (item["num_warps"] != warps) + (item["num_stages"] != stages)
 
         return float(min(measured, key=distance)["step_s"])
