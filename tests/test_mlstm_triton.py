@@ -237,7 +237,7 @@ def test_exp_stabilizer_from_the_prefix_max_equals_the_online_max(gates):
     B, T, H, _ = q.shape
     chunk = 32
     tiling = replace(Tiling.default(chunk, SMALL.head_dim_qk, SMALL.head_dim_v, variant="exp"), block_state=8)
-    b, ig, g = _gate_cumsums(i, f, tiling, sig=False, prefix_max=True)
+    b, ig, g, _ = _gate_cumsums(i, f, tiling, sig=False, prefix_max=True)
     running_max = (ig - b).view(B * H, T // chunk, chunk).cummax(-1).values.view(B * H, T)
     torch.testing.assert_close(g, running_max, rtol=0, atol=0)
     initial = tuple(state.float() for state in problem.initial_state)
@@ -247,6 +247,33 @@ def test_exp_stabilizer_from_the_prefix_max_equals_the_online_max(gates):
         for prefix_max in (True, False)
     ]
     torch.testing.assert_close(m_combs[0], m_combs[1], rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("block_state", [8, 32])
+def test_exp_chunk_max_is_the_largest_log_weight_of_each_chunk(block_state):
+    """The gate kernel's a_k, which the state recurrence's max state m_{k+1} = max(b[L-1] + m_k, a_k) takes,
+    is max_t (b[L-1] - b[t] + ig[t]) over chunk k: rounded so where the chunk is one block, and as
+    b[L-1] + max_t (ig[t] - b[t]) over four sub-chunks of 8; the max states then follow the recurrence."""
+    problem = make_problem(seed=5, shape=replace(SMALL, batch=2), gates="moderate", initial_state=True)
+    q, k, v, i, f = (problem.inputs[name] for name in "qkvif")
+    B, T, H, _ = q.shape
+    chunk = 32
+    tiling = replace(Tiling.default(chunk, SMALL.head_dim_qk, SMALL.head_dim_v, variant="exp"),
+                     block_state=block_state)
+    b, ig, _, chunk_max = _gate_cumsums(i, f, tiling, sig=False)
+    b, ig = (x.view(B * H, T // chunk, chunk) for x in (b, ig))
+    b_end = b[..., -1:]
+    if block_state == chunk:
+        expected = (b_end - b + ig).amax(-1)
+    else:
+        expected = b_end[..., 0] + (ig - b).amax(-1)
+    torch.testing.assert_close(chunk_max, expected, rtol=0, atol=0)
+    initial = tuple(state.float() for state in problem.initial_state)
+    maxes = xl_chunk._forward(q, k, v, i, f, initial, tiling, False, True, EPS, torch.float32).maxes
+    expected_maxes = [initial[2].reshape(B * H)]
+    for c in range(T // chunk):
+        expected_maxes.append(torch.maximum(b_end[:, c, 0] + expected_maxes[-1], expected[:, c]))
+    torch.testing.assert_close(maxes, torch.stack(expected_maxes, 1), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)

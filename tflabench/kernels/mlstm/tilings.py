@@ -20,17 +20,19 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v8"
+KERNELS_VERSION = "v9"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only. v6: one state stage,
 #: mLSTMexp's online max with key/value tiles of 32, split dK and dV kernels, the masked gates in
 #: mLSTMexp's fused forward; v7 (5cafde5): one state stage, mLSTMexp's key/value tiles of 32; v7.1
-#: (8b13d2d): one state stage.
+#: (8b13d2d): one state stage; v8 (eceeeae): today's tilings (its state recurrence decayed the state per
+#: sub-chunk, and mLSTMexp's took a row max and a column sum per sub-chunk; a model of it takes today's).
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1},
            "exp": {"out_prefix_max": False, "out_block_kv": 32, "lean_gate": False}},
     "v7": {"all": {"state_num_stages": 1}, "exp": {"out_block_kv": 32}},
     "v7.1": {"all": {"state_num_stages": 1}, "exp": {}},
+    "v8": {"all": {}, "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")

@@ -4,9 +4,11 @@ Three launches per forward pass (docs/reference/mlstm-math.md#chunkwise-form, #t
 
 1. `gate_cumsum_kernel`: log gates. b[t] = inclusive cumsum of log sigmoid(f) from the start of t's chunk,
    ig[t] = log input gate (i for mLSTMexp, log sigmoid(i) for mLSTMsig). Both fp32, head-first [B*H, T].
+   For mLSTMexp also each chunk's largest log weight a_k = max_t (b[L-1] - b[t] + ig[t]), so that the max
+   state m_{k+1} = max(b[L-1] + m_k, a_k) costs the state recurrence a scalar max, not a row reduction.
 2. `chunk_states_kernel` (level 1 of sequence parallelism): the recurrence over chunks that materializes
    the stabilized states C_k [B*H, NC, Dqk, Dv] (and n_k, m_k). Grid (Dqk/BK, Dv/BV, B*H); each program
-   walks the sequence in sub-chunks of BL tokens and stores one state per chunk of L tokens.
+   walks the sequence chunk by chunk, in sub-chunks of BL tokens, and stores one state per chunk.
 3. `chunk_outputs_kernel` (level 2): every chunk in parallel, and inside a chunk every (query tile, value
    tile) pair in parallel. Grid (Dv/BV, L/(BLQ*Q_TILES)) per chunk (1-D, `chunk_program`); a program
    takes Q_TILES query tiles one after the other. Each starts from the inter-chunk part Qbar C_{k-1},
@@ -59,16 +61,26 @@ def _maximum(a, b):
 
 
 @triton.jit
+def _last(x, N: tl.constexpr):
+    """The last element of a [N] vector, as a scalar (exactly: a sum of it and zeros)."""
+    return tl.sum(tl.where(tl.arange(0, N) == N - 1, x, 0.0), 0)
+
+
+@triton.jit
 def gate_cumsum_kernel(
-    i_ptr, f_ptr, b_ptr, ig_ptr, g_ptr,
+    i_ptr, f_ptr, b_ptr, ig_ptr, g_ptr, a_ptr,
     stride_gate_b, stride_gate_t, stride_gate_h,
     T, H,
     L: tl.constexpr, BL: tl.constexpr, SIG_INPUT_GATE: tl.constexpr, PREFIX_MAX: tl.constexpr,
+    CHUNK_MAX: tl.constexpr,
 ):
     """Grid (NC, B*H). i, f: [B, T, H] pre-activations. b, ig: [B*H, T] fp32 outputs. With PREFIX_MAX also
     g [B*H, T] fp32: g[t] = max of ig[s] - b[s] over the tokens s <= t of t's chunk, the intra-chunk part
     of mLSTMexp's stabilizer, m_comb[t] = b[t] + max(m_{k-1}, g[t]) (a running max over [BL] vectors, so
-    the output kernel needs no row max of an [L, L] gate and no rescaling)."""
+    the output kernel needs no row max of an [L, L] gate and no rescaling). With CHUNK_MAX also a [B*H, NC]
+    fp32: a_k = max_t (b[L-1] - b[t] + ig[t]) over chunk k, the largest log weight of the chunk's update
+    of the state; rounded as the fused forward rounds it where the chunk is one block (L == BL), else as
+    b[L-1] + max_t (ig[t] - b[t])."""
     chunk = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     batch = bh // H
@@ -76,6 +88,7 @@ def gate_cumsum_kernel(
     gate_base = batch * stride_gate_b + head * stride_gate_h
     carry = 0.0
     prefix_max = float("-inf")
+    largest = float("-inf")
     for start in range(0, L, BL):
         t = chunk * L + start + tl.arange(0, BL)
         f = tl.load(f_ptr + gate_base + t * stride_gate_t).to(tl.float32)
@@ -91,11 +104,21 @@ def gate_cumsum_kernel(
             g = tl.maximum(tl.associative_scan(i - b, 0, _maximum), prefix_max)
             tl.store(g_ptr + bh * T + t, g)
             prefix_max = tl.max(g, 0)
+        elif CHUNK_MAX:
+            prefix_max = tl.maximum(prefix_max, tl.max(i - b, 0))
+        if CHUNK_MAX:
+            b_end = _last(b, BL)
+            if L == BL:
+                largest = tl.max(b_end - b + i, 0)
+            else:
+                largest = b_end + prefix_max
+    if CHUNK_MAX:
+        tl.store(a_ptr + bh * (T // L) + chunk, largest)
 
 
 @triton.jit
 def chunk_states_kernel(
-    k_ptr, v_ptr, b_ptr, ig_ptr,
+    k_ptr, v_ptr, b_ptr, ig_ptr, a_ptr,
     c0_ptr, n0_ptr, m0_ptr,
     c_ptr, n_ptr, m_ptr, c_last_ptr, n_last_ptr,
     stride_k_b, stride_k_t, stride_k_h,
@@ -106,6 +129,13 @@ def chunk_states_kernel(
     STABILIZE: tl.constexpr, TRACK_N: tl.constexpr, HAS_INITIAL: tl.constexpr,
 ):
     """Grid (DQK/BK, DV/BV, B*H).
+
+    Per chunk k of L tokens, C_{k+1} = exp(b[L-1] + m_k - m_{k+1}) C_k + sum_t w_t k_t v_t^T with weights
+    w_t = exp(b[L-1] - b[t] + ig[t] - m_{k+1}) (m = 0 for mLSTMsig), the sum over sub-chunks of BL tokens.
+    mLSTMexp's max state m_{k+1} = max(b[L-1] + m_k, a_k) takes the chunk's largest log weight a_k [B*H, NC]
+    from `gate_cumsum_kernel`, so the walk carries a scalar max and no row reduction; the normalizer's
+    update sum_t w_t k_t is a product with a [BL, 16] tile of ones, on the tensor cores beside the state's,
+    instead of a column sum.
 
     Outputs (stabilized: the true state is the stored one times exp(m)): c [B*H, NC, DQK, DV] the states
     before each chunk, in the dtype of c_ptr (the kernels' matmul operand dtype; the recurrence itself runs
@@ -131,6 +161,7 @@ def chunk_states_kernel(
         state = tl.zeros([BK, BV], dtype=tl.float32)
         norm = tl.zeros([BK], dtype=tl.float32)
         m_state = 0.0
+    norm_cols = tl.broadcast_to(norm[:, None], (BK, 16))
 
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     v_base = v_ptr + batch * stride_v_b + head * stride_v_h
@@ -138,37 +169,37 @@ def chunk_states_kernel(
         tl.store(c_ptr + (bh * NC + chunk) * DQK * DV + state_offs, state.to(c_ptr.dtype.element_ty))
         if TRACK_N:
             if writes_vectors:
-                tl.store(n_ptr + (bh * NC + chunk) * DQK + offs_k, norm)
+                tl.store(n_ptr + (bh * NC + chunk) * DQK + offs_k, tl.max(norm_cols, 1))
         if STABILIZE:
             if writes_vectors & (pid_k == 0):
                 tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
+        decay = tl.load(b_ptr + bh * T + chunk * L + L - 1)
+        if STABILIZE:
+            m_next = tl.maximum(decay + m_state, tl.load(a_ptr + bh * NC + chunk))
+            state_scale = tl.exp(decay + m_state - m_next)
+            m_state = m_next
+        else:
+            state_scale = tl.exp(decay)
+        state = state * state_scale
+        if TRACK_N:
+            norm_cols = norm_cols * state_scale
         for start in range(0, L, BL):
-            t0 = chunk * L + start
-            t = t0 + offs_l
-            b_sub = tl.load(b_ptr + bh * T + t)
-            b_end = tl.load(b_ptr + bh * T + t0 + BL - 1)
-            decay = b_end - tl.load(b_ptr + bh * T + t0 + tl.where(start > 0, -1, 0))
-            decay = tl.where(start > 0, decay, b_end)
-            weight_log = b_end - b_sub + tl.load(ig_ptr + bh * T + t)
+            t = chunk * L + start + offs_l
+            weight_log = decay - tl.load(b_ptr + bh * T + t) + tl.load(ig_ptr + bh * T + t)
             if STABILIZE:
-                m_new = tl.maximum(decay + m_state, tl.max(weight_log, 0))
-                state_scale = tl.exp(decay + m_state - m_new)
-                weight = tl.exp(weight_log - m_new)
-                m_state = m_new
-            else:
-                state_scale = tl.exp(decay)
-                weight = tl.exp(weight_log)
+                weight_log -= m_next
+            weight = tl.exp(weight_log)
             k_tile = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :])
             v_tile = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
-            k_weighted = k_tile.to(tl.float32) * weight[:, None]
-            state = state * state_scale + tl.dot(tl.trans(k_weighted.to(v_tile.dtype)), v_tile)
+            k_weighted = tl.trans((k_tile.to(tl.float32) * weight[:, None]).to(v_tile.dtype))
+            state += tl.dot(k_weighted, v_tile)
             if TRACK_N:
-                norm = norm * state_scale + tl.sum(k_weighted, 0)
+                norm_cols += tl.dot(k_weighted, tl.full([BL, 16], 1.0, dtype=v_tile.dtype))
 
     tl.store(c_last_ptr + bh * DQK * DV + state_offs, state)
     if TRACK_N:
         if writes_vectors:
-            tl.store(n_last_ptr + bh * DQK + offs_k, norm)
+            tl.store(n_last_ptr + bh * DQK + offs_k, tl.max(norm_cols, 1))
     if STABILIZE:
         if writes_vectors & (pid_k == 0):
             tl.store(m_ptr + bh * (NC + 1) + NC, m_state)

@@ -185,27 +185,31 @@ class _Forward:
     m_comb: torch.Tensor  # [B*H, T]
     log_f_cumsum: torch.Tensor  # [B*H, T]
     log_i: torch.Tensor  # [B*H, T]
+    chunk_max: torch.Tensor | None  # [B*H, NC] fp32, mLSTMexp only (see `_gate_cumsums`)
     state_dtype: torch.dtype
 
 
 def _gate_cumsums(i, f, tiling: Tiling, sig: bool, prefix_max: bool = False):
-    """log_f_cumsum, log_i [B*H, T] fp32 and, when prefix_max, their prefix max (see `gate_cumsum_kernel`;
-    else None)."""
+    """log_f_cumsum, log_i [B*H, T] fp32; when prefix_max, their prefix max [B*H, T] (else None); for
+    mLSTMexp each chunk's largest log weight [B*H, NC] (else None). See `gate_cumsum_kernel`."""
     B, T, H = f.shape
     log_f_cumsum = torch.empty(B * H, T, device=f.device, dtype=torch.float32)
     log_i = torch.empty_like(log_f_cumsum)
     gate_max = torch.empty_like(log_f_cumsum) if prefix_max else None
+    chunk_max = None if sig else torch.empty(B * H, T // tiling.chunk, device=f.device, dtype=torch.float32)
     grid = (T // tiling.chunk, B * H)
     triton_fwd.gate_cumsum_kernel[grid](
-        i, f, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, *f.stride(), T, H,
-        L=tiling.chunk, BL=tiling.block_state, SIG_INPUT_GATE=sig, PREFIX_MAX=prefix_max,
+        i, f, log_f_cumsum, log_i, log_i if gate_max is None else gate_max,
+        log_i if chunk_max is None else chunk_max, *f.stride(), T, H,
+        L=tiling.chunk, BL=tiling.block_state, SIG_INPUT_GATE=sig, PREFIX_MAX=prefix_max, CHUNK_MAX=not sig,
     )
-    return log_f_cumsum, log_i, gate_max
+    return log_f_cumsum, log_i, gate_max, chunk_max
 
 
-def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize: bool, track_n: bool,
+def _chunk_states(k, v, log_f_cumsum, log_i, chunk_max, initial, tiling: Tiling, track_n: bool,
                   state_dtype: torch.dtype):
-    """Launch the state recurrence. Returns states, norms, maxes, c_last, n_last (see `_Forward`)."""
+    """Launch the state recurrence (stabilized, mLSTMexp, when chunk_max is given). Returns states, norms,
+    maxes, c_last, n_last (see `_Forward`)."""
     B, T, H, DQK = k.shape
     DV = v.shape[-1]
     NC = T // tiling.chunk
@@ -218,10 +222,12 @@ def _chunk_states(k, v, log_f_cumsum, log_i, initial, tiling: Tiling, stabilize:
     c0, n0, m0 = initial if initial is not None else (c_last, c_last, c_last)
     grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
     triton_fwd.chunk_states_kernel[grid](
-        k, v, log_f_cumsum, log_i, c0, n0, m0, states, norms, maxes, c_last, n_last,
+        k, v, log_f_cumsum, log_i, log_i if chunk_max is None else chunk_max, c0, n0, m0,
+        states, norms, maxes, c_last, n_last,
         *token_strides(k), *token_strides(v), T, H, NC,
         DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.state_block_qk,
-        BV=tiling.state_block_v, STABILIZE=stabilize, TRACK_N=track_n, HAS_INITIAL=initial is not None,
+        BV=tiling.state_block_v, STABILIZE=chunk_max is not None, TRACK_N=track_n,
+        HAS_INITIAL=initial is not None,
         num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
     )
     return states, norms, maxes, c_last, n_last
@@ -234,9 +240,9 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     NC = T // tiling.chunk
     stabilize = not sig
     prefix_max = stabilize and tiling.out_prefix_max
-    log_f_cumsum, log_i, gate_max = _gate_cumsums(i, f, tiling, sig, prefix_max)
+    log_f_cumsum, log_i, gate_max, chunk_max = _gate_cumsums(i, f, tiling, sig, prefix_max)
     states, norms, maxes, c_last, n_last = _chunk_states(
-        k, v, log_f_cumsum, log_i, initial, tiling, stabilize, normalize, state_dtype)
+        k, v, log_f_cumsum, log_i, chunk_max, initial, tiling, normalize, state_dtype)
     h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
@@ -252,7 +258,8 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
         NORMALIZE=normalize, PREFIX_MAX=prefix_max, num_warps=tiling.out_num_warps,
         num_stages=tiling.out_num_stages,
     )
-    return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, state_dtype)
+    return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, chunk_max,
+                    state_dtype)
 
 
 def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tiling: Tiling, sig: bool,
@@ -325,7 +332,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
 
 def _recompute_states(k, v, fwd: _Forward, initial, tiling: Tiling, sig: bool) -> torch.Tensor:
     """The chunk states [B*H, NC, Dqk, Dv] again, for a backward pass whose forward did not keep them."""
-    states, *_ = _chunk_states(k, v, fwd.log_f_cumsum, fwd.log_i, initial, tiling, not sig, False,
+    states, *_ = _chunk_states(k, v, fwd.log_f_cumsum, fwd.log_i, fwd.chunk_max, initial, tiling, False,
                                fwd.state_dtype)
     return states
 
@@ -335,18 +342,16 @@ def tfla_backward(q, k, v, i, f, dh, dc_last, initial, row_stats, *, chunk_size:
     """The TFLA backward pass after a forward pass computed by another algorithm (`fused_chunk`).
 
     row_stats: (denom, m_comb [B*H, T], maxes [B*H, NC+1], c_last [B*H, Dqk, Dv]) as the TFLA forward writes
-    them; the maxes must come from one max update per chunk, which TFLA's recurrence makes when its
-    sub-chunk `block_state` is the whole chunk (chunk_size <= 128). initial: fp32 (C_0, n_0, m_0) or None.
-    Returns dq, dk, dv, di, df, dc0 as `_backward`.
+    them (one max update per chunk, m_{k+1} = max(b[L-1] + m_k, a_k)). initial: fp32 (C_0, n_0, m_0) or
+    None. Returns dq, dk, dv, di, df, dc0 as `_backward`.
     """
     B, T, H, DQK = q.shape
     tiling = Tiling.default(chunk_size, DQK, v.shape[-1], variant=variant)
-    if tiling.block_state != chunk_size:
-        raise InputError(f"the TFLA backward after another forward needs chunk_size <= 128, got {chunk_size}")
     sig = variant == "sig"
     denom, m_comb, maxes, c_last = row_stats
-    log_f_cumsum, log_i, _ = _gate_cumsums(i, f, tiling, sig)
-    fwd = _Forward(None, None, None, maxes, c_last, None, denom, m_comb, log_f_cumsum, log_i, q.dtype)
+    log_f_cumsum, log_i, _, chunk_max = _gate_cumsums(i, f, tiling, sig)
+    fwd = _Forward(None, None, None, maxes, c_last, None, denom, m_comb, log_f_cumsum, log_i, chunk_max,
+                   q.dtype)
     return _backward(q, k, v, i, f, dh, dc_last, fwd,
                      lambda: _recompute_states(k, v, fwd, initial, tiling, sig), tiling, sig, normalize)
 
