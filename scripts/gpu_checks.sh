@@ -28,9 +28,7 @@ out=${OUT:?OUT must name the folder whose files come back from the device}
 steps=${1:-kernels,bench,bench-long}
 work=$(mktemp -d)/checks
 mkdir -p "$work"
-[[ -d /tmp/site/fla ]] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-    wheels/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source scripts/device_env.sh  # the peer wheels on PYTHONPATH
 
 step() {  # name seconds command...
     local name=$1 seconds=$2

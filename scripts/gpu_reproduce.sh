@@ -48,9 +48,7 @@ if [[ -z ${TFLABENCH_GIT_COMMIT:-} && ! -d .git ]]; then
     echo "warning: TFLABENCH_GIT_COMMIT is not set; meta.json of a new run records no commit" >&2
 fi
 # Several calls may share one machine (one per GPU): the first installs the wheels.
-[[ -d /tmp/site/fla ]] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-    wheels/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source scripts/device_env.sh  # the peer wheels on PYTHONPATH
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache} TRITON_CACHE_AUTOTUNING=1
 tflabench() { python3 -m tflabench "$@"; }
 mkdir -p "$run_dir" "$out" "$TRITON_CACHE_DIR"
@@ -73,6 +71,7 @@ budget=${2:-$((left - timeout_s - 60))}
 echo "== $(date -u +%FT%TZ) $preset: budget ${budget}s, point timeout ${timeout_s}s, hard stop ${left}s" >> "$log"
 gpus=()
 [[ -n ${TFLABENCH_GPUS:-} ]] && gpus=(--gpus "$TFLABENCH_GPUS")
+# shellcheck disable=SC2086  # TFLABENCH_SWEEP_ARGS: options split at spaces
 timeout -s INT -k 30 "$left" python3 -m tflabench sweep --preset "$preset" --run-name "$preset" --out results \
     --resume --budget "$budget" --timeout "$timeout_s" "${gpus[@]}" ${TFLABENCH_SWEEP_ARGS:-} >> "$log" 2>&1
 sweep_status=$?
