@@ -1,0 +1,135 @@
+#!/usr/bin/env python
+"""Per-launch GPU time of our mLSTM kernels beside the structural model's prediction of each launch (GPU).
+
+`tflabench model-check` compares whole calls; where it ranks chunk sizes wrong, this says which launch the
+model miscounts. torch.profiler times every CUDA kernel of a few calls of `tflabench.kernels.mlstm` after
+their warm-up; the model's launches (`structural.launches`, timed with the GPU's calibration) are summed per
+Triton kernel they run. Kernels of torch operations (the gate gradients, casts) are one row, "torch ops".
+
+    python scripts/launch_times.py --gpu h100 --batch 8 --seq-len 8192 --heads 16 --head-dim-qk 128 \\
+        --head-dim-v 256 --variant sig --mode fwdbw --chunk-sizes 128,256 [--json FILE]
+
+Inputs: bf16 randn, forget-gate pre-activations shifted by +3 (`profile_forward.make_inputs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from collections.abc import Callable
+
+from tflabench.analysis import structural
+
+#: the row of every kernel that no model launch names (torch operations)
+TORCH_OPS = "torch ops"
+
+
+def predicted_kernel_us(problem: structural.Problem, algorithm: str, chunk: int,
+                        rates: structural.Rates) -> dict[str, float]:
+    """Microseconds per call of each kernel the model launches, its launches of one kernel summed; the
+    launches that name no Triton kernel under `TORCH_OPS`."""
+    per_kernel: dict[str, float] = defaultdict(float)
+    for launch in structural.launches(problem, algorithm, chunk):
+        per_kernel[launch.kernel or TORCH_OPS] += structural.launch_time(launch, rates).seconds * 1e6
+    return dict(per_kernel)
+
+
+def compare(measured: dict[str, float], predicted: dict[str, float]) -> list[dict]:
+    """One row per kernel, in the model's launch order: measured and predicted microseconds per call and
+    their ratio (None where one side lacks the kernel). Measured kernels that the model does not name
+    are summed under `TORCH_OPS`."""
+    grouped: dict[str, float] = defaultdict(float)
+    for name, us in measured.items():
+        grouped[name if name in predicted else TORCH_OPS] += us
+    names = list(predicted) + [name for name in grouped if name not in predicted]
+    rows = []
+    for name in names:
+        measured_us, predicted_us = grouped.get(name), predicted.get(name)
+        ratio = predicted_us / measured_us if measured_us and predicted_us is not None else None
+        rows.append({"kernel": name, "measured_us": measured_us, "predicted_us": predicted_us,
+                     "predicted_over_measured": ratio})
+    return rows
+
+
+def measure_kernel_us(call: Callable[[], None], calls: int) -> dict[str, float]:
+    """Microseconds per call of each CUDA kernel that ``call`` launches, over ``calls`` profiled calls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    per_kernel = {}
+    for event in profiler.key_averages():
+        device_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0.0)
+        if device_us > 0:
+            per_kernel[event.key] = device_us / calls
+    return per_kernel
+
+
+def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], None]:
+    """One forward (and, with mode fwdbw, backward: the gradients accumulate in the inputs, which then must
+    require them) call of our xl_chunk kernel on ``inputs`` (q, k, v, i, f)."""
+    import torch
+
+    from tflabench.kernels import mlstm
+
+    if mode == "fwd":
+        def call():
+            with torch.no_grad():
+                mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk)
+        return call
+    grad = torch.randn_like(inputs[2])
+
+    def call():
+        mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk).backward(grad)
+    return call
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", required=True, help="GPU key of the calibration (tflabench gpus)")
+    for name in ("batch", "seq-len", "heads", "head-dim-qk", "head-dim-v"):
+        parser.add_argument(f"--{name}", type=int, required=True)
+    parser.add_argument("--variant", choices=("sig", "exp"), default="sig")
+    parser.add_argument("--mode", choices=("fwd", "fwdbw"), default="fwdbw")
+    parser.add_argument("--chunk-sizes", default="128,256", help="comma list")
+    parser.add_argument("--warmup", type=int, default=3, help="unprofiled calls first (the first compiles)")
+    parser.add_argument("--calls", type=int, default=5, help="profiled calls")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args()
+
+    from profile_forward import make_inputs
+
+    shape = dict(batch=args.batch, seq_len=args.seq_len, heads=args.heads, head_dim_qk=args.head_dim_qk,
+                 head_dim_v=args.head_dim_v)
+    problem = structural.Problem(**shape, variant=args.variant, mode=args.mode)
+    rates = structural.load_rates(args.gpu)
+    inputs = make_inputs(**shape)
+    if args.mode == "fwdbw":
+        inputs = tuple(x.requires_grad_() for x in inputs)
+    report = []
+    for chunk in (int(size) for size in args.chunk_sizes.split(",")):
+        call = _mlstm_call(inputs, args.variant, chunk, args.mode)
+        for _ in range(args.warmup):
+            call()
+        rows = compare(measure_kernel_us(call, args.calls), predicted_kernel_us(problem, "xl_chunk", chunk,
+                                                                                 rates))
+        report.append({"chunk_size": chunk, "rows": rows})
+        print(f"L = {chunk}: {args.variant} {args.mode} {shape}, calibration {args.gpu}")
+        for row in rows:
+            cells = [f"{row[key]:10.1f}" if row[key] is not None else f"{'-':>10}"
+                     for key in ("measured_us", "predicted_us")]
+            ratio = row["predicted_over_measured"]
+            print(f"  {row['kernel']:28s}{cells[0]}{cells[1]}  {'-' if ratio is None else f'{ratio:.2f}'}")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"problem": shape | {"variant": args.variant, "mode": args.mode}, "gpu": args.gpu,
+                       "chunks": report}, file, indent=2)
+
+
+if __name__ == "__main__":
+    main()
