@@ -94,6 +94,8 @@ NAMED: dict[str, dict[str, Any]] = {
     # and with the masked [L, L] log-gate (mLSTMsig's default)
     "fused-lean-gate": {"lean_gate": True},
     "fused-masked-gate": {"lean_gate": False},
+    # fused_chunk: the forward at 4 warps (mLSTMexp's default is 8; results/perf-log.md, candidates)
+    "fused-w4": {"num_warps": 4},
 }
 
 
