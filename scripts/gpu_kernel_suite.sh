@@ -12,7 +12,7 @@ set -uo pipefail
 out=${OUT:?OUT must name the folder whose files come back from the device}
 seconds=${1:-300}
 suite=tests/test_mlstm_triton_gpu.py
-gpus=$(nvidia-smi -L | wc -l)
+gpus=$(nvidia-smi -L | grep -c '^GPU ')  # as scripts/gpu_grid.sh counts them (no MIG lines)
 work=$(mktemp -d)/kernel-suite
 mkdir -p "$work" "$out"
 

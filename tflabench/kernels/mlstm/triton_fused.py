@@ -25,7 +25,7 @@ DV_P) with masked loads and stores. Tensors: q, k [B, T, H, Dqk]; v, h, dh [B, T
 import triton
 import triton.language as tl
 
-from tflabench.kernels.mlstm.triton_fwd import _log_sigmoid, _maximum
+from tflabench.kernels.mlstm.triton_fwd import _last, _log_sigmoid, _maximum
 
 
 @triton.jit
@@ -56,7 +56,7 @@ def _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, L: tl.constexpr, SIG
     if SIG_INPUT_GATE:
         i = _log_sigmoid(i)
     b = tl.cumsum(log_f, 0)
-    return b, i, tl.sum(tl.where(tl.arange(0, L) == L - 1, b, 0.0), 0)
+    return b, i, _last(b, L)
 
 
 @triton.jit

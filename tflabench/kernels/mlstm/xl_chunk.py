@@ -330,7 +330,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
 
 
-def _recompute_states(k, v, fwd: _Forward, initial, tiling: Tiling, sig: bool) -> torch.Tensor:
+def _recompute_states(k, v, fwd: _Forward, initial, tiling: Tiling) -> torch.Tensor:
     """The chunk states [B*H, NC, Dqk, Dv] again, for a backward pass whose forward did not keep them."""
     states, *_ = _chunk_states(k, v, fwd.log_f_cumsum, fwd.log_i, fwd.chunk_max, initial, tiling, False,
                                fwd.state_dtype)
@@ -353,7 +353,7 @@ def tfla_backward(q, k, v, i, f, dh, dc_last, initial, row_stats, *, chunk_size:
     fwd = _Forward(None, None, None, maxes, c_last, None, denom, m_comb, log_f_cumsum, log_i, chunk_max,
                    q.dtype)
     return _backward(q, k, v, i, f, dh, dc_last, fwd,
-                     lambda: _recompute_states(k, v, fwd, initial, tiling, sig), tiling, sig, normalize)
+                     lambda: _recompute_states(k, v, fwd, initial, tiling), tiling, sig, normalize)
 
 
 @dataclass(frozen=True)
@@ -397,7 +397,7 @@ class _MLSTMChunkwise(torch.autograd.Function):
         initial = tuple(initial) if ctx.has_initial else None
 
         def recompute_states():
-            return _recompute_states(k, v, fwd, initial, config.tiling, config.sig)
+            return _recompute_states(k, v, fwd, initial, config.tiling)
 
         if dh is None:
             dh = torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
