@@ -70,9 +70,10 @@ def measure_kernel_us(call: Callable[[], None], calls: int) -> dict[str, float]:
     return per_kernel
 
 
-def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], None]:
-    """One forward (and, with mode fwdbw, backward: the gradients accumulate in the inputs, which then must
-    require them) call of our xl_chunk kernel on ``inputs`` (q, k, v, i, f)."""
+def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], tuple | None]:
+    """One forward (and, with mode fwdbw, backward: the inputs must require gradients, which are returned,
+    not accumulated into ``.grad``, as the harness drops them between calls) call of our xl_chunk kernel on
+    ``inputs`` (q, k, v, i, f)."""
     import torch
 
     from tflabench.kernels import mlstm
@@ -85,7 +86,8 @@ def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], Non
     grad = torch.randn_like(inputs[2])
 
     def call():
-        mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk).backward(grad)
+        out = mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk)
+        return torch.autograd.grad(out, inputs, grad)
     return call
 
 

@@ -305,10 +305,23 @@ def test_former_defaults_give_the_kernels_of_their_version():
     assert tilings.former_default("v4", "sig") is None
     v6 = tilings.former_default("v6", "exp")
     tiling = replace(Tiling.default(64, 64, 64, variant="exp"),
-                     **{k: v for k, v in v6.items() if k != "lean_gate"})
+                     **{k: v for k, v in v6.items() if k != "lean_gate" and "." not in k})
     fields = (tiling.out_prefix_max, tiling.fused_dkdv, tiling.state_num_stages, tiling.out_block_kv)
     assert fields == (False, False, 1, 32)
     assert v6["lean_gate"] is False and "lean_gate" not in tilings.former_default("v6", "sig")
+
+
+@pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8)])
+def test_former_versions_ran_the_exp_fused_forward_at_8_warps(version, fused_warps):
+    """An ``ALGORITHM.FIELD`` override sets that algorithm's tiling only: v9's mLSTMexp fused forward at
+    32 x 64/64, L = 64, ran 8 warps (today 4), its TFLA kernels the default warps of today."""
+    from tflabench.kernels.mlstm import tilings
+
+    problem = structural.Problem(8, 4096, 32, 64, 64, variant="exp")
+    former = tilings.former_default(version, "exp")
+    assert structural.modelled_tiling(problem, "fused_chunk", 64, former).num_warps == fused_warps
+    today = structural.modelled_tiling(problem, "xl_chunk", 64)
+    assert structural.modelled_tiling(problem, "xl_chunk", 64, former).num_warps == today.num_warps
 
 
 @pytest.mark.parametrize("version, tilings_text", [("v6", "as run"), ("v4", "today's defaults")])

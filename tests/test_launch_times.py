@@ -46,15 +46,16 @@ def test_measured_kernels_the_model_does_not_name_are_one_torch_ops_row():
 @pytest.mark.parametrize("mode", ["fwd", "fwdbw"])
 def test_the_profiled_call_runs_our_kernel(mode):
     """The call the script profiles, on small float32 CPU tensors (the interpreter): the forward, and with
-    fwdbw the backward, whose gradients reach every input."""
+    fwdbw the backward, whose gradients reach every input and are returned, not accumulated (the harness
+    drops them between calls: accumulating them would time an extra read and write of each)."""
     generator = torch.Generator().manual_seed(0)
     q, k = (torch.randn(1, 64, 2, 16, generator=generator) for _ in range(2))
     v = torch.randn(1, 64, 2, 32, generator=generator)
     i, f = torch.randn(1, 64, 2, generator=generator), torch.randn(1, 64, 2, generator=generator) + 3
     inputs = (q, k, v, i, f) if mode == "fwd" else tuple(x.requires_grad_() for x in (q, k, v, i, f))
-    launch_times._mlstm_call(inputs, "sig", 32, mode)()
-    grads = [x.grad for x in inputs]
+    grads = launch_times._mlstm_call(inputs, "sig", 32, mode)()
+    assert [x.grad for x in inputs] == [None] * 5
     if mode == "fwd":
-        assert grads == [None] * 5
+        assert grads is None
     else:
-        assert all(grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0 for grad in grads)
+        assert all(torch.isfinite(grad).all() and grad.abs().sum() > 0 for grad in grads)

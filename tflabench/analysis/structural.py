@@ -10,16 +10,19 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
     compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate
                    [+ reductions / row_reduce_rate, mLSTMexp, with a calibration that has it]
                    + spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate))
-    memory  = n * max(HBM bytes / hbm_rate(c), L2 bytes / l2_rate) + n * stored bytes / store_rate
+    memory  = n * max(HBM bytes / hbm_rate, L2 bytes / l2_rate) + n * stored bytes / store_rate
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
-              (without the last term for a pipelined launch: two or more stages)
+              (a pipelined launch, two or more stages: launch + P * per_program + sqrt(compute^2 + memory^2))
+
+hbm_rate = min(full-grid rate, one-program-per-SM rate x c x stage bytes / READ_IN_FLIGHT_BYTES) per SM
+(Little's law: the loads one step of the c programs issues against those of the calibration's one program);
 
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * trips * step: each of the rounds of c
 programs on an SM takes the latency of one program's walk (its steps wait for each other), the calibrated
 seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
 
-with every rate the per-SM share (whole-GPU figure / S) and dot_rate, hbm_rate (and the pointwise rates,
+with every rate the per-SM share (whole-GPU figure / S) and dot_rate (and the pointwise rates,
 where the calibration has their one-program-per-SM figures) interpolated in c between the calibration's
 one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
 (compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling, else a rule. A
@@ -59,6 +62,9 @@ COMPILED_RESOURCES = "compiled_resources.json"
 #: elementwise PyTorch launches of the backward's gate gradients (`launch.gate_grads`) and their passes
 #: over a [B*H, T] fp32 row
 GATE_GRAD_LAUNCHES, GATE_GRAD_ROW_PASSES = 12, 16
+#: operand bytes per load step of the calibration's one-program-per-SM token read: one [64, 128] bf16 tile
+#: (`calibrate_blocks._tile_stream_kernel` at the default `BlockSizes`)
+READ_IN_FLIGHT_BYTES = 64 * 128 * 2
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,14 @@ class Rates:
     def memory(self, name: str) -> float:
         return float(self.blocks["memory"][f"{name}_bytes_per_s"])
 
+    def hbm_read(self, in_flight_bytes: float) -> float:
+        """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM. Little's law:
+        at a fixed latency the rate grows with the bytes in flight, up to the full-grid figure; the
+        calibration's one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`."""
+        full = self.memory("token_read") / self.sm_count
+        one = self.memory("token_read_one_per_sm") / self.sm_count
+        return min(full, one * in_flight_bytes / READ_IN_FLIGHT_BYTES)
+
     def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
         """Seconds per step of one program walking the chunks in order: the calibrated walk of the same
         kind nearest in log2 (L, Dqk, Dv), a warp count or stage count that differs counting as one doubling;
@@ -256,12 +270,25 @@ class LaunchTime:
 
     @property
     def seconds(self) -> float:
-        """Overheads, the larger of compute and memory, and, unless the launch is pipelined, the smaller one
-        divided by the programs that run at once on an SM (what one program waits for, the others hide). A
-        pipelined launch (two or more stages: the next tiles' loads in flight during this tile's work)
-        hides it within each program."""
-        hidden = 0.0 if self.pipelined else min(self.compute_s, self.memory_s) / self.concurrency
+        """Overheads plus, unless the launch is pipelined, the larger of compute and memory and the smaller
+        one divided by the programs that run at once on an SM (what one program waits for, the others hide).
+        A pipelined launch (two or more stages: the next tiles' loads in flight during this tile's work)
+        overlaps them within each program, but not fully (the loop's first loads, its last tile's work and
+        the dependent products of one tile are not hidden): sqrt(compute^2 + memory^2), the larger term
+        when one dominates, 1.41x it when they are equal (docs/performance-model.md)."""
+        if self.pipelined:
+            return self.overhead_s + math.hypot(self.compute_s, self.memory_s)
+        hidden = min(self.compute_s, self.memory_s) / self.concurrency
         return self.overhead_s + max(self.compute_s, self.memory_s) + hidden
+
+
+def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
+    """Per-SM HBM read rate of a launch: by the operand bytes of one pipeline stage of each of the
+    ``concurrency`` programs running at once on an SM (`Rates.hbm_read`); for launches without tiles
+    (elementwise ones), interpolated in the programs per SM (`Rates.per_sm`)."""
+    if launch.stage_bytes:
+        return rates.hbm_read(concurrency * launch.stage_bytes)
+    return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
@@ -277,7 +304,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
                         + launch.fma / rates.pointwise("fma", concurrency))
     if "row_reduce_elements_per_s" in rates.blocks["pointwise"]:  # calibrations before it: untimed
         compute += per_sm * launch.reductions / rates.pointwise("row_reduce", concurrency)
-    hbm_rate = rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
+    hbm_rate = hbm_read_rate(launch, rates, concurrency)
     l2_rate = rates.memory("l2_read") / sms
     compute += per_sm * spilled_bytes(launch) * _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate,
                                                                         l2_rate)
@@ -340,9 +367,16 @@ def tiling_fields(tiling: str | dict | None) -> dict:
 
 
 def _tiling_overrides(tiling: str | dict | None, tiling_class) -> dict:
-    """The fields of ``tiling_class`` that a tiling sets (`tiling_fields`)."""
+    """The fields of ``tiling_class`` that a tiling sets (`tiling_fields`): plain field names, and
+    ``ALGORITHM.FIELD`` ones (`kernels.mlstm.tilings.FORMER_DEFAULTS`) of the algorithm of that class
+    (fused_chunk for `FusedTiling`, xl_chunk otherwise), which take precedence."""
     names = {item.name for item in dataclasses.fields(tiling_class)}
-    return {name: value for name, value in tiling_fields(tiling).items() if name in names}
+    scope = "fused_chunk." if tiling_class.__name__ == "FusedTiling" else "xl_chunk."
+    fields = tiling_fields(tiling)
+    plain = {name: value for name, value in fields.items() if name in names}
+    scoped = {name.removeprefix(scope): value for name, value in fields.items()
+              if name.startswith(scope) and name.removeprefix(scope) in names}
+    return plain | scoped
 
 
 def _tiling_state_bytes(problem: Problem, algorithm: str, tiling: str | dict | None) -> int:

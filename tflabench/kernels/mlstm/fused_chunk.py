@@ -29,6 +29,8 @@ from tflabench.kernels.mlstm.launch import (
 
 #: the backward passes a fused-chunk forward can be followed by (`FusedTiling.backward`)
 BACKWARDS = ("tfla", "fused")
+#: warps of mLSTMexp's fused forward beyond head dims and chunks of 64 (`FusedTiling.default`)
+EXP_FORWARD_WARPS = 8
 
 
 @dataclass(frozen=True)
@@ -63,15 +65,21 @@ class FusedTiling:
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, variant: str = "sig") -> FusedTiling:
         """State tiles of at most `launch.STATE_TILE_ELEMENTS` fp32 values (`launch.fused_state_blocks`).
 
-        The mLSTMexp forward runs 8 warps: it keeps the running max and the normalizer on chip besides the
-        state, and at 4 warps spills 520-1752 bytes per thread at L = 64 (`scripts/kernel_resources.py
-        --algorithm fused_chunk`), 200-776 at 8 warps; results/perf-log.md (v6) has the timings. Its gates
-        are the lean ones: 26-28 % faster at 32 x 64/64 and 44-46 % at 16 x 128/256 (L = 64, T = 2k and
-        8k, forward, H100: results/h100/ab-exp-fused-lean-gate).
+        The mLSTMexp forward keeps the running max and the normalizer on chip besides the state. It runs 8
+        warps (`EXP_FORWARD_WARPS`): at 4 warps it spills 520-1752 bytes per thread at L = 64 and head
+        dims >= 128 (`scripts/kernel_resources.py --algorithm fused_chunk`), 200-776 at 8 warps;
+        results/perf-log.md (v6) has the timings. At head dims <= 64 and L <= 64 it runs 4 warps: 252-255
+        registers and no spill traffic in the loop either way, but two programs fit an SM instead of one,
+        and the forward takes 0.68-0.70 ms instead of 1.39-1.42 ms at 32 x 64/64, L = 64 (H100,
+        results/h100/ab-exp-fused-warps; at L = 128, 4 warps take 3.2 ms against 1.1). Its gates are the
+        lean ones: 26-28 % faster at 32 x 64/64 and 44-46 % at 16 x 128/256 (L = 64, T = 2k and 8k,
+        forward, H100: results/h100/ab-exp-fused-lean-gate).
         """
         value_block, qk_block = fused_state_blocks(head_dim_qk, head_dim_v)
         exp = variant == "exp"
-        return cls(chunk=chunk, block_v=value_block, num_warps=8 if exp else 4, dq_block_qk=qk_block,
+        small = chunk <= 64 and max(head_dim_qk, head_dim_v) <= 64
+        warps = EXP_FORWARD_WARPS if exp and not small else 4
+        return cls(chunk=chunk, block_v=value_block, num_warps=warps, dq_block_qk=qk_block,
                    dk_block_qk=qk_block, dv_block_v=value_block, lean_gate=exp)
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:

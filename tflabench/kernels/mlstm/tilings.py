@@ -20,19 +20,24 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v9"
+KERNELS_VERSION = "v10"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
-#: defaults that give that version's kernels, for all variants and for mLSTMexp only. v6: one state stage,
-#: mLSTMexp's online max with key/value tiles of 32, split dK and dV kernels, the masked gates in
-#: mLSTMexp's fused forward; v7 (5cafde5): one state stage, mLSTMexp's key/value tiles of 32; v7.1
+#: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
+#: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
+#: state stage, mLSTMexp's online max with key/value tiles of 32, split dK and dV kernels, the masked gates
+#: in mLSTMexp's fused forward; v7 (5cafde5): one state stage, mLSTMexp's key/value tiles of 32; v7.1
 #: (8b13d2d): one state stage; v8 (eceeeae): today's tilings (its state recurrence decayed the state per
-#: sub-chunk, and mLSTMexp's took a row max and a column sum per sub-chunk; a model of it takes today's).
+#: sub-chunk, and mLSTMexp's took a row max and a column sum per sub-chunk; a model of it takes today's);
+#: v9 (7722eba): today's kernels; mLSTMexp's fused forward at 8 warps on every shape. Every version before
+#: v10 ran mLSTMexp's fused forward at 8 warps.
+_EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1},
-           "exp": {"out_prefix_max": False, "out_block_kv": 32, "lean_gate": False}},
-    "v7": {"all": {"state_num_stages": 1}, "exp": {"out_block_kv": 32}},
-    "v7.1": {"all": {"state_num_stages": 1}, "exp": {}},
-    "v8": {"all": {}, "exp": {}},
+           "exp": {"out_prefix_max": False, "out_block_kv": 32, "lean_gate": False, **_EXP_FUSED_8_WARPS}},
+    "v7": {"all": {"state_num_stages": 1}, "exp": {"out_block_kv": 32, **_EXP_FUSED_8_WARPS}},
+    "v7.1": {"all": {"state_num_stages": 1}, "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v8": {"all": {}, "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v9": {"all": {}, "exp": dict(_EXP_FUSED_8_WARPS)},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")
@@ -94,8 +99,11 @@ NAMED: dict[str, dict[str, Any]] = {
     # and with the masked [L, L] log-gate (mLSTMsig's default)
     "fused-lean-gate": {"lean_gate": True},
     "fused-masked-gate": {"lean_gate": False},
-    # fused_chunk: the forward at 4 warps (mLSTMexp's default is 8; results/perf-log.md, candidates)
+    # fused_chunk: the forward at 4 warps (mLSTMexp's default at head dims and chunks <= 64 since v10)
     "fused-w4": {"num_warps": 4},
+    # fused_chunk: the forward at 8 warps (mLSTMexp's default before v10 on every shape, since then beyond
+    # head dims and chunks of 64)
+    "fused-w8": {"num_warps": 8},
 }
 
 
