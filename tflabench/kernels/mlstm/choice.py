@@ -31,9 +31,10 @@ FUSED_PROGRAMS_PER_SM = 1.5
 #: the fused forward keeps a [Dqk, value block] state tile on chip: up to this padded Dqk (at Dqk 256 its
 #: value blocks shrink to 32 columns and it ran 1.8x slower than TFLA with 7.8 programs per SM)
 FUSED_MAX_HEAD_DIM_QK = 128
-#: variants whose fused forward the rule never picks: mLSTMexp's lost every group of the tfla-grid runs
-#: (results/grid-h100, results/grid-h200: 4-17x slower than its TFLA forward; it spills registers)
-FUSED_LOSING_VARIANTS = ("exp",)
+#: mLSTMexp's fused forward: only up to this head dim (Dqk and Dv), where it runs 4 warps and two programs per
+#: SM (v10): at 32 x 64/64, L = 64 it beats its TFLA forward (0.68-0.70 vs 0.88 ms, results/perf-log.md v10);
+#: above, at 8 warps, it lost every group of the tfla-grid runs (4-17x slower; it spills registers)
+EXP_FUSED_MAX_HEAD_DIM = 64
 #: SMs assumed when the device is not a CUDA GPU (an H100 SXM)
 DEFAULT_SM_COUNT = 132
 TABLE = "choices.json"
@@ -136,10 +137,11 @@ def _chunk_sizes(seq_len: int) -> list[int]:
 def _rule(shape: Shape, variant: str, sm_count: int, algorithm: str, chunk_size: int | None,
           chunk_sizes: list[int]) -> Choice:
     """The choice for a shape or GPU the table has not measured."""
-    if algorithm == "auto" and variant in FUSED_LOSING_VARIANTS:
+    large_exp = variant == "exp" and max(shape.head_dim_qk, shape.head_dim_v) > EXP_FUSED_MAX_HEAD_DIM
+    if algorithm == "auto" and large_exp:
         algorithm = "xl_chunk"
-        reason = (f"rule: the mLSTM{variant} fused forward lost to TFLA in every group of the tfla-grid runs "
-                  "(4-17x slower on H100 and H200)")
+        reason = (f"rule: above head dim {EXP_FUSED_MAX_HEAD_DIM} the mLSTMexp fused forward lost to TFLA in "
+                  "every group of the tfla-grid runs (4-17x slower on H100 and H200)")
     elif algorithm == "auto":
         programs = fused_programs(shape)
         fits = next_pow2(shape.head_dim_qk) <= FUSED_MAX_HEAD_DIM_QK and (chunk_size or 0) <= FUSED_CHUNK_MAX
