@@ -331,7 +331,7 @@ def _tfla_tiling(problem: Problem, chunk: int, algorithm: str, tiling: str | dic
         return reference_tiling(problem, chunk)
     default = Tiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant,
                              limit=algorithm == "limit_chunk")
-    return dataclasses.replace(default, **_tiling_overrides(tiling, Tiling)).for_chunk(chunk)
+    return dataclasses.replace(default, **_tiling_overrides(tiling, Tiling, "xl_chunk")).for_chunk(chunk)
 
 
 def _fused_tiling(problem: Problem, chunk: int, tiling: str | dict | None = None):
@@ -341,7 +341,7 @@ def _fused_tiling(problem: Problem, chunk: int, tiling: str | dict | None = None
     from tflabench.kernels.mlstm.fused_chunk import FusedTiling
 
     default = FusedTiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant)
-    fused = dataclasses.replace(default, **_tiling_overrides(tiling, FusedTiling))
+    fused = dataclasses.replace(default, **_tiling_overrides(tiling, FusedTiling, "fused_chunk"))
     if fused.backward != "tfla":
         raise InputError(f"fused_chunk with backward {fused.backward!r} is not modelled (TFLA's backward is)")
     return fused
@@ -366,12 +366,12 @@ def tiling_fields(tiling: str | dict | None) -> dict:
     return {} if tiling in (None, "default") else tilings.overrides(tiling)
 
 
-def _tiling_overrides(tiling: str | dict | None, tiling_class) -> dict:
-    """The fields of ``tiling_class`` that a tiling sets (`tiling_fields`): plain field names, and
-    ``ALGORITHM.FIELD`` ones (`kernels.mlstm.tilings.FORMER_DEFAULTS`) of the algorithm of that class
-    (fused_chunk for `FusedTiling`, xl_chunk otherwise), which take precedence."""
+def _tiling_overrides(tiling: str | dict | None, tiling_class, algorithm: str) -> dict:
+    """The fields of ``tiling_class``, the tiling of ``algorithm``, that a tiling sets (`tiling_fields`):
+    plain field names, and ``ALGORITHM.FIELD`` ones of that algorithm
+    (`kernels.mlstm.tilings.FORMER_DEFAULTS`), which take precedence."""
     names = {item.name for item in dataclasses.fields(tiling_class)}
-    scope = "fused_chunk." if tiling_class.__name__ == "FusedTiling" else "xl_chunk."
+    scope = f"{algorithm}."
     fields = tiling_fields(tiling)
     plain = {name: value for name, value in fields.items() if name in names}
     scoped = {name.removeprefix(scope): value for name, value in fields.items()
@@ -729,7 +729,6 @@ def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
         resolved = dataclasses.asdict(modelled_tiling(problem, algorithm, chunk, tiling))
         matching = [entry for entry in entries if entry.get("tiling") == resolved]
     return matching[0]["kernels"] if matching else None
-
 
 
 def _reference_entry_matches(entry: dict, tiling) -> bool:
