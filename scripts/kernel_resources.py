@@ -170,6 +170,7 @@ def _launches(args: argparse.Namespace, tiling=None) -> list[Launch]:
             _fused_launches(q, k, v, i, f, tiling, args.variant)
             return launches
         forward = xl_chunk._forward(q, k, v, i, f, None, tiling, sig, normalize, 1e-6, torch.bfloat16)
+        forward.states = None  # recomputed in the backward, as `mlstm` runs it
         xl_chunk._backward(q, k, v, i, f, torch.empty_like(v), None, forward, None, tiling, sig, normalize)
     return launches
 

@@ -488,10 +488,52 @@ def test_named_small_head_dim_backward_tilings_match_the_reference(variant, norm
     assert_close(kernel, run_reference(problem, **cell))
 
 
+class CountedLaunches:
+    """A Triton kernel whose launches (``kernel[grid](...)``) are counted."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("algorithm", ["xl_chunk", "fused_chunk"])
+@pytest.mark.parametrize("fused_dq", [True, False])
+def test_dq_from_the_recurrence_and_the_dkdv_kernel_or_from_its_own_kernel(variant, normalize, algorithm,
+                                                                          fused_dq, monkeypatch):
+    """Where a chunk is one tile (L = 64 at Dqk = Dv = 64), the backward takes dQ's inter-chunk part from
+    the recomputed state recurrence and the rest from the dK/dV kernel (fused_dq, the default: no dQ kernel
+    and no stored states), or runs the dQ kernel (fused_dq false): each launches what it says, and both
+    match the float64 reference over two chunks from an initial state."""
+    from tflabench.kernels.mlstm import triton_bwd
+
+    counted = {name: CountedLaunches(getattr(triton_bwd, name))
+               for name in ("chunk_dq_kernel", "chunk_states_dq_kernel", "chunk_dkdv_kernel")}
+    for name, kernel in counted.items():
+        monkeypatch.setattr(triton_bwd, name, kernel)
+    shape = replace(SMALL, seq_len=128, heads=1, head_dim_qk=64, head_dim_v=64)
+    problem = make_problem(seed=12, shape=shape, initial_state=True)
+    options = tilings.launch_options(algorithm, f"fused_dq={str(fused_dq).lower()}", chunk=64,
+                                     head_dim_qk=64, head_dim_v=64, variant=variant)
+    launcher = mlstm_xl_chunk if algorithm == "xl_chunk" else mlstm_fused_chunk
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    kernel = run(partial(launcher, **cell, chunk_size=64, **options), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+    launches = {name: counter.launches for name, counter in counted.items()}
+    assert launches == {"chunk_dq_kernel": 0 if fused_dq else 1, "chunk_states_dq_kernel": int(fused_dq),
+                        "chunk_dkdv_kernel": 1}
+
+
 @pytest.mark.parametrize("variant, normalize", CELLS)
 def test_recomputing_the_states_in_the_backward_gives_identical_gradients(variant, normalize):
+    """With the dQ kernel in both (fused_dq needs recomputed states, so the stored ones take the dQ kernel
+    whatever the tiling says)."""
     problem = make_problem(seed=7, initial_state=True)
-    options = dict(variant=variant, normalize=normalize, eps=EPS, chunk_size=16)
+    tiling = replace(Tiling.default(16, SMALL.head_dim_qk, SMALL.head_dim_v, variant=variant), fused_dq=False)
+    options = dict(variant=variant, normalize=normalize, eps=EPS, chunk_size=16, tiling=tiling)
     stored, recomputed = (
         run(partial(mlstm_xl_chunk, **options, recompute_states_in_bw=recompute), problem, F32)
         for recompute in (False, True)

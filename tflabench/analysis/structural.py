@@ -448,6 +448,25 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int) ->
     return launch
 
 
+def _states_dq_launch(problem: Problem, tiling) -> Launch:
+    """`chunk_states_dq_kernel`: the state recurrence (k, v in) over whole value rows (BV = Dv), each
+    state applied to its chunk's dh [BL, Dv] sub-chunks instead of stored: dQ's inter-chunk part out, in
+    the layout of q."""
+    p, e = problem, problem.element_bytes
+    launch = _recurrence_launch("states + dQ (inter)", problem, tiling, 0)
+    bk, bv, bl = tiling.state_block_qk, tiling.state_block_v, tiling.block_state
+    steps = p.seq_len // bl
+    launch.kernel = "chunk_states_dq_kernel"
+    launch.stage_bytes += bl * bv * e
+    launch.dot(bl, bk, bv, steps)
+    launch.fma += steps * bl * bk
+    launch.l2_bytes += steps * bl * bv * e
+    launch.hbm_bytes += p.rows * p.seq_len * p.head_dim_v * e
+    launch.store_bytes = p.rows * p.seq_len * p.head_dim_qk * e
+    launch.store_pattern = "token"
+    return launch
+
+
 def _mean_causal_tiles(chunk: int, outer_block: int, inner_block: int) -> float:
     """Mean number of inner tiles up to (or from) the diagonal over the outer tiles of a chunk."""
     outer_tiles = chunk // outer_block
@@ -522,10 +541,11 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
     return launch
 
 
-def _dkdv_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
+def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = False) -> Launch:
     """`chunk_dkdv_kernel`: dK and dV in one program per key/value tile of dkdv_block_kv rows over whole
     head dims, walking the query tiles at and after the diagonal (K Q^T and V dH^T computed once for
-    both); q, k, v, dh and the state gradient read once."""
+    both); q, k, v, dh and the state gradient read once. with_dq (a chunk of one tile): also dQ, its
+    inter-chunk part read and the sum written back."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks, rows = p.seq_len // t.chunk, t.dkdv_block_kv
     dqk, dv = p.head_dim_qk, p.head_dim_v
@@ -546,6 +566,13 @@ def _dkdv_launch(problem: Problem, tiling, state_bytes: int) -> Launch:
     launch.hbm_bytes = (p.rows * p.seq_len * (2 * dqk + 2 * dv) * e
                         + p.rows * chunks * dqk * dv * state_bytes)
     launch.store_bytes = p.rows * p.seq_len * ((dqk + dv) * e + 4)
+    if with_dq:
+        launch.name, launch.accumulator_elements = "dQ+dK+dV", launch.accumulator_elements + rows * dqk
+        launch.dot(rows, dqk, t.block_q, query_tiles)
+        launch.fma += rows * dqk * 2
+        launch.l2_bytes += rows * dqk * e
+        launch.hbm_bytes += p.rows * p.seq_len * dqk * e
+        launch.store_bytes += p.rows * p.seq_len * (dqk * e + 4)
     return launch
 
 
@@ -588,16 +615,23 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
 
 def _tfla_backward(problem: Problem, tiling, state_bytes: int) -> list[Launch]:
     """TFLA's backward (`xl_chunk._backward`, states recomputed): gate cumsums, state recurrence, dQ, state
-    gradients, dK and dV (one kernel where the tiling fuses them) and the gate gradients."""
-    if tiling.uses_fused_dkdv(problem.head_dim_qk, problem.head_dim_v):
+    gradients, dK and dV (one kernel where the tiling fuses them) and the gate gradients; with
+    `Tiling.uses_fused_dq`, the recurrence gives dQ's inter-chunk part and the dK/dV kernel the rest."""
+    dims = problem.head_dim_qk, problem.head_dim_v
+    gate = _gate_launch(problem, tiling.chunk, tiling.block_state)
+    state_gradients = _recurrence_launch("state gradients", problem, tiling, state_bytes)
+    if tiling.uses_fused_dq(*dims):
+        return [gate, _states_dq_launch(problem, tiling), state_gradients,
+                _dkdv_launch(problem, tiling, state_bytes, with_dq=True), *_gate_gradient_launches(problem)]
+    if tiling.uses_fused_dkdv(*dims):
         key_gradients = [_dkdv_launch(problem, tiling, state_bytes)]
     else:
         key_gradients = [_gradient_launch(name, problem, tiling, state_bytes) for name in ("dK", "dV")]
     return [
-        _gate_launch(problem, tiling.chunk, tiling.block_state),
+        gate,
         _recurrence_launch("states (recomputed)", problem, tiling, state_bytes),
         _gradient_launch("dQ", problem, tiling, state_bytes),
-        _recurrence_launch("state gradients", problem, tiling, state_bytes),
+        state_gradients,
         *key_gradients,
         *_gate_gradient_launches(problem),
     ]

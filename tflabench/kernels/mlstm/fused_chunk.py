@@ -44,7 +44,8 @@ class FusedTiling:
     forward's row statistics) or "fused" (the kernels of `triton_fused`, state gradients on chip).
     lean_gate: the forward's intra-chunk gates without a live [L, L] log-gate (`triton_fused._lean_gates`),
     the mLSTMexp default (see `default`); mLSTMsig keeps the masked log-gate (`_masked_gates`) until the
-    lean one is timed there.
+    lean one is timed there. fused_dq: TFLA's backward takes its default tiling, with `xl_chunk.Tiling`'s
+    fused_dq set to False when this is False (the dQ kernel of v10 and before).
     `FusedTiling.default` is the measured choice: the TFLA backward, 1.3-7x faster than the fused one on
     every shape measured (results/perf-log.md, v6).
     """
@@ -60,6 +61,7 @@ class FusedTiling:
     bwd_num_stages: int = 2
     backward: str = "tfla"
     lean_gate: bool = False
+    fused_dq: bool = True
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, variant: str = "sig") -> FusedTiling:
@@ -213,7 +215,7 @@ class _MLSTMFusedChunk(torch.autograd.Function):
             dq, dk, dv, di, df, dc0 = xl_chunk.tfla_backward(
                 q, k, v, i, f, contiguous_last(dh), dc_last, initial, row_stats,
                 chunk_size=config.tiling.chunk, variant="sig" if config.sig else "exp",
-                normalize=config.normalize)
+                normalize=config.normalize, fused_dq=config.tiling.fused_dq)
         else:
             dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, contiguous_last(dh), dc_last, initial,
                                                 row_stats, config)

@@ -20,24 +20,28 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v10"
+KERNELS_VERSION = "v11"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
 #: state stage, mLSTMexp's online max with key/value tiles of 32, split dK and dV kernels, the masked gates
 #: in mLSTMexp's fused forward; v7 (5cafde5): one state stage, mLSTMexp's key/value tiles of 32; v7.1
-#: (8b13d2d): one state stage; v8 (eceeeae): today's tilings (its state recurrence decayed the state per
-#: sub-chunk, and mLSTMexp's took a row max and a column sum per sub-chunk; a model of it takes today's);
-#: v9 (7722eba): today's kernels; mLSTMexp's fused forward at 8 warps on every shape. Every version before
-#: v10 ran mLSTMexp's fused forward at 8 warps.
+#: (8b13d2d): one state stage; v8 (eceeeae): v9's tilings (its state recurrence decayed the state per
+#: sub-chunk, and mLSTMexp's took a row max and a column sum per sub-chunk; a model of it takes v9's);
+#: v9 (7722eba): mLSTMexp's fused forward at 8 warps on every shape. Every version before v10 ran mLSTMexp's
+#: fused forward at 8 warps; every version before v11 (v10: d9df0bc) computed dQ in its own kernel from
+#: stored recomputed states.
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
+_DQ_KERNEL = {"fused_dq": False}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
-    "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1},
+    "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1,
+                   **_DQ_KERNEL},
            "exp": {"out_prefix_max": False, "out_block_kv": 32, "lean_gate": False, **_EXP_FUSED_8_WARPS}},
-    "v7": {"all": {"state_num_stages": 1}, "exp": {"out_block_kv": 32, **_EXP_FUSED_8_WARPS}},
-    "v7.1": {"all": {"state_num_stages": 1}, "exp": dict(_EXP_FUSED_8_WARPS)},
-    "v8": {"all": {}, "exp": dict(_EXP_FUSED_8_WARPS)},
-    "v9": {"all": {}, "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v7": {"all": {"state_num_stages": 1, **_DQ_KERNEL}, "exp": {"out_block_kv": 32, **_EXP_FUSED_8_WARPS}},
+    "v7.1": {"all": {"state_num_stages": 1, **_DQ_KERNEL}, "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v8": {"all": dict(_DQ_KERNEL), "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v9": {"all": dict(_DQ_KERNEL), "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v10": {"all": dict(_DQ_KERNEL), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")
@@ -93,6 +97,8 @@ NAMED: dict[str, dict[str, Any]] = {
                                "state_block_qk": 32},
     # the split dK and dV kernels (the default before bwd-small-dkdv became the default at head dims <= 64)
     "bwd-split": {"fused_dkdv": False},
+    # dQ from its own kernel, the states recomputed and stored (the default before fused_dq)
+    "bwd-dq-split": {"fused_dq": False},
     # fused_chunk: the backward with the state gradients on chip instead of TFLA's
     "fused-backward": {"backward": "fused"},
     # fused_chunk: the forward's gates without a live [L, L] log-gate (the mLSTMexp default since its A/B),

@@ -14,6 +14,9 @@ dHt = dH / denom (row-wise) and, for chunk c (0-based) with states[c] the state 
 * `chunk_dk_kernel`: dK = scale (V dHt^T * D^T) Q + kgate * V dstates[c+1]^T. Grid (Dqk/BK, L/BLKV) per
   chunk.
 * `chunk_dv_kernel`: dV = (scale K Q^T * D^T) dHt + (kgate * K) dstates[c+1]. Grid (Dv/BV, L/BLKV) per chunk.
+* `chunk_dkdv_kernel`: dK and dV in one program per key/value tile over whole head dims; where a chunk is
+  one tile, also dQ (WITH_DQ), after `chunk_states_dq_kernel` recomputed the states and wrote dQ's
+  inter-chunk part, so that q, k, v and dh are read once for all three and no state tensor is stored.
 
 "Per chunk" grids are 1-D, decoded by `triton_fwd.chunk_program` (the tile blocks fastest, then the NC * B * H
 chunks).
@@ -30,7 +33,7 @@ dig_t = (k.dk)_t.
 import triton
 import triton.language as tl
 
-from tflabench.kernels.mlstm.triton_fwd import chunk_kernel, chunk_program
+from tflabench.kernels.mlstm.triton_fwd import add_chunk_to_state, chunk_decay, chunk_kernel, chunk_program
 
 
 @triton.jit
@@ -122,6 +125,60 @@ def chunk_state_grads_kernel(
             dh_scaled = dh_tile.to(tl.float32) * inv_denom[:, None]
             dstate += tl.dot(tl.trans(q_gated.to(q_tile.dtype)), dh_scaled.to(q_tile.dtype))
     tl.store(dc0_ptr + bh * DQK * DV + state_offs, dstate)
+
+
+@triton.jit
+def chunk_states_dq_kernel(
+    k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, a_ptr, m_ptr, m_comb_ptr, denom_ptr, c0_ptr, m0_ptr,
+    dq_ptr,
+    stride_k_b, stride_k_t, stride_k_h,
+    stride_v_b, stride_v_t, stride_v_h,
+    stride_dh_b, stride_dh_t, stride_dh_h,
+    stride_dq_b, stride_dq_t, stride_dq_h,
+    T, H, NC, qk_scale,
+    DQK: tl.constexpr, DV: tl.constexpr,
+    L: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, HAS_INITIAL: tl.constexpr,
+):
+    """Grid (DQK/BK, B*H). The state recurrence of `chunk_states_kernel` again, each program over the whole
+    value head dim (BV = DV), with every state applied to its chunk's output gradients instead of stored:
+    dq[t] = scale * qgate_t * dHt_t states[c]^T for the tokens t of chunk c, the inter-chunk part of dQ,
+    written into dq [B, T, H, DQK] (its dtype; `chunk_dkdv_kernel` with WITH_DQ adds the intra-chunk
+    part). The states are cast to dh's dtype first, as `chunk_dq_kernel` reads them, so no [B*H, NC, DQK,
+    DV] tensor is written or read. a: mLSTMexp's chunk maxes (`gate_cumsum_kernel`); m: the max states
+    that the forward pass wrote (for the query gates)."""
+    pid_k = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    batch = bh // H
+    head = bh % H
+    offs_k = pid_k * BK + tl.arange(0, BK)
+    offs_v = tl.arange(0, DV)
+    offs_l = tl.arange(0, BL)
+    if HAS_INITIAL:
+        state = tl.load(c0_ptr + bh * DQK * DV + offs_k[:, None] * DV + offs_v[None, :]).to(tl.float32)
+        m_state = tl.load(m0_ptr + bh).to(tl.float32)
+    else:
+        state = tl.zeros([BK, DV], dtype=tl.float32)
+        m_state = 0.0
+    unused_norm = tl.zeros([BK, 16], dtype=tl.float32)
+    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
+    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
+    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    dq_base = dq_ptr + batch * stride_dq_b + head * stride_dq_h
+    for chunk in range(0, NC):
+        state_operand = state.to(dh_ptr.dtype.element_ty)
+        for start in range(0, L, BL):
+            t = chunk * L + start + offs_l
+            _, q_gate, _, inv_denom = _row_gates(
+                b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t, STABILIZE, NORMALIZE, BL)
+            dh_tile = tl.load(dh_base + t[:, None] * stride_dh_t + offs_v[None, :])
+            dq_inter = tl.dot(dh_tile, tl.trans(state_operand)) * (q_gate * inv_denom * qk_scale)[:, None]
+            dq_ptrs = dq_base + t[:, None] * stride_dq_t + offs_k[None, :]
+            tl.store(dq_ptrs, dq_inter.to(dq_ptr.dtype.element_ty))
+        decay, state_scale, m_state = chunk_decay(b_ptr, a_ptr, bh, T, NC, chunk, m_state, L, STABILIZE)
+        state, unused_norm = add_chunk_to_state(
+            state * state_scale, unused_norm, k_base, v_base, b_ptr, ig_ptr, bh, T, chunk, decay, m_state,
+            offs_k, offs_v, stride_k_t, stride_v_t, L, BL, STABILIZE, False)
 
 
 @chunk_kernel
@@ -298,7 +355,7 @@ def chunk_dv_kernel(
 @chunk_kernel
 def chunk_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, dh_ptr, b_ptr, ig_ptr, m_ptr, m_comb_ptr, denom_ptr, dc_ptr,
-    dk_ptr, dv_ptr, kdk_ptr,
+    dk_ptr, dv_ptr, kdk_ptr, dq_ptr, qdq_ptr,
     stride_q_b, stride_q_t, stride_q_h,
     stride_k_b, stride_k_t, stride_k_h,
     stride_v_b, stride_v_t, stride_v_h,
@@ -306,7 +363,7 @@ def chunk_dkdv_kernel(
     T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr,
-    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, WITH_DQ: tl.constexpr,
 ):
     """dK and dV of one key/value tile in one program (whole head dims, both powers of two).
 
@@ -314,6 +371,10 @@ def chunk_dkdv_kernel(
     while the program walks the query tiles at and after the diagonal, so the scores K Q^T and V dHt^T are
     computed once for both gradients (the split kernels compute each twice). Writes dk, dv (layouts of k,
     v) and kdk [1, B*H, T].
+
+    WITH_DQ (a chunk of one tile, L = BLQ = BLKV): also dQ, its intra-chunk part (V dHt^T * D^T)^T K from
+    the same scores added to the inter-chunk part that `chunk_states_dq_kernel` wrote into dq (layout of
+    q), and qdq [1, B*H, T]; q, k, v and dh are then read once for all three gradients.
     """
     pid_kv, _single_tile, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
@@ -347,6 +408,12 @@ def chunk_dkdv_kernel(
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
         dscores_t = tl.dot(v_tile, tl.trans(dh_tile)) * gate_t
         dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
+        if WITH_DQ:
+            dq_ptrs = (dq_ptr + batch * stride_q_b + head * stride_q_h
+                       + t_q[:, None] * stride_q_t + offs_qk[None, :])
+            dq = tl.load(dq_ptrs).to(tl.float32) + tl.dot(tl.trans(dscores_t.to(k_tile.dtype)), k_tile)
+            tl.store(qdq_ptr + bh * T + t_q, tl.sum(q_tile.to(tl.float32) * dq, 1))
+            tl.store(dq_ptrs, dq.to(dq_ptr.dtype.element_ty))
 
     tl.store(kdk_ptr + bh * T + t_kv, tl.sum(k_tile.to(tl.float32) * dk, 1))
     tl.store(dk_ptr + batch * stride_k_b + head * stride_k_h + t_kv[:, None] * stride_k_t + offs_qk[None, :],

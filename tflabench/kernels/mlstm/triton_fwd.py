@@ -117,6 +117,42 @@ def gate_cumsum_kernel(
 
 
 @triton.jit
+def chunk_decay(b_ptr, a_ptr, bh, T, NC, chunk, m_state, L: tl.constexpr, STABILIZE: tl.constexpr):
+    """(decay, state_scale, m_next) of chunk ``chunk`` for a state with max m_state: its log decay b[L-1],
+    the factor exp(b[L-1] + m_k - m_{k+1}) of the state before it and the max state after it,
+    m_{k+1} = max(b[L-1] + m_k, a_k) (mLSTMexp; mLSTMsig: exp(b[L-1]) and m_state unchanged)."""
+    decay = tl.load(b_ptr + bh * T + chunk * L + L - 1)
+    if STABILIZE:
+        m_next = tl.maximum(decay + m_state, tl.load(a_ptr + bh * NC + chunk))
+        return decay, tl.exp(decay + m_state - m_next), m_next
+    return decay, tl.exp(decay), m_state
+
+
+@triton.jit
+def add_chunk_to_state(state, norm_cols, k_base, v_base, b_ptr, ig_ptr, bh, T, chunk, decay, m_next,
+                       offs_k, offs_v, stride_k_t, stride_v_t,
+                       L: tl.constexpr, BL: tl.constexpr, STABILIZE: tl.constexpr, TRACK_N: tl.constexpr):
+    """(state, norm_cols) plus chunk ``chunk``'s update, in sub-chunks of BL tokens: sum_t w_t k_t v_t^T
+    into the [BK, BV] state tile (keys offs_k, values offs_v), and with TRACK_N sum_t w_t k_t into every
+    column of the [BK, 16] normalizer tile (a product with a tile of ones, on the tensor cores); weights
+    w_t = exp(decay - b[t] + ig[t] - m_next) (m_next = 0 for mLSTMsig)."""
+    offs_l = tl.arange(0, BL)
+    for start in range(0, L, BL):
+        t = chunk * L + start + offs_l
+        weight_log = decay - tl.load(b_ptr + bh * T + t) + tl.load(ig_ptr + bh * T + t)
+        if STABILIZE:
+            weight_log -= m_next
+        weight = tl.exp(weight_log)
+        k_tile = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :])
+        v_tile = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
+        k_weighted = tl.trans((k_tile.to(tl.float32) * weight[:, None]).to(v_tile.dtype))
+        state += tl.dot(k_weighted, v_tile)
+        if TRACK_N:
+            norm_cols += tl.dot(k_weighted, tl.full([BL, 16], 1.0, dtype=v_tile.dtype))
+    return state, norm_cols
+
+
+@triton.jit
 def chunk_states_kernel(
     k_ptr, v_ptr, b_ptr, ig_ptr, a_ptr,
     c0_ptr, n0_ptr, m0_ptr,
@@ -149,7 +185,6 @@ def chunk_states_kernel(
     head = bh % H
     offs_k = pid_k * BK + tl.arange(0, BK)
     offs_v = pid_v * BV + tl.arange(0, BV)
-    offs_l = tl.arange(0, BL)
     state_offs = offs_k[:, None] * DV + offs_v[None, :]
     writes_vectors = pid_v == 0
 
@@ -173,28 +208,13 @@ def chunk_states_kernel(
         if STABILIZE:
             if writes_vectors & (pid_k == 0):
                 tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
-        decay = tl.load(b_ptr + bh * T + chunk * L + L - 1)
-        if STABILIZE:
-            m_next = tl.maximum(decay + m_state, tl.load(a_ptr + bh * NC + chunk))
-            state_scale = tl.exp(decay + m_state - m_next)
-            m_state = m_next
-        else:
-            state_scale = tl.exp(decay)
+        decay, state_scale, m_state = chunk_decay(b_ptr, a_ptr, bh, T, NC, chunk, m_state, L, STABILIZE)
         state = state * state_scale
         if TRACK_N:
             norm_cols = norm_cols * state_scale
-        for start in range(0, L, BL):
-            t = chunk * L + start + offs_l
-            weight_log = decay - tl.load(b_ptr + bh * T + t) + tl.load(ig_ptr + bh * T + t)
-            if STABILIZE:
-                weight_log -= m_next
-            weight = tl.exp(weight_log)
-            k_tile = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :])
-            v_tile = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
-            k_weighted = tl.trans((k_tile.to(tl.float32) * weight[:, None]).to(v_tile.dtype))
-            state += tl.dot(k_weighted, v_tile)
-            if TRACK_N:
-                norm_cols += tl.dot(k_weighted, tl.full([BL, 16], 1.0, dtype=v_tile.dtype))
+        state, norm_cols = add_chunk_to_state(
+            state, norm_cols, k_base, v_base, b_ptr, ig_ptr, bh, T, chunk, decay, m_state, offs_k, offs_v,
+            stride_k_t, stride_v_t, L, BL, STABILIZE, TRACK_N)
 
     tl.store(c_last_ptr + bh * DQK * DV + state_offs, state)
     if TRACK_N:

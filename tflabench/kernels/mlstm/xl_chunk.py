@@ -47,6 +47,10 @@ class Tiling:
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     the default at head dims <= 64 only (see `default`).
+    fused_dq: where dK and dV are fused, a chunk is one tile (block_q = dkdv_block_kv = L) and a state tile
+    spans the value head dim (state_block_v = Dv), and the backward recomputes the states: the recurrence
+    applies each state to dH (the inter-chunk part of dQ) instead of storing it, and the dK/dV kernel also
+    computes dQ (`triton_bwd.chunk_states_dq_kernel`, `chunk_dkdv_kernel` WITH_DQ).
     Dataclass defaults are generic; `Tiling.default` is the measured choice.
     """
 
@@ -73,10 +77,16 @@ class Tiling:
     dkdv_block_kv: int = 64
     dkdv_num_warps: int = 8
     dkdv_num_stages: int = 1
+    fused_dq: bool = False
 
     def uses_fused_dkdv(self, head_dim_qk: int, head_dim_v: int) -> bool:
         powers_of_two = not (head_dim_qk & (head_dim_qk - 1) or head_dim_v & (head_dim_v - 1))
         return self.fused_dkdv and powers_of_two and head_dim_qk * head_dim_v <= 128 * 256
+
+    def uses_fused_dq(self, head_dim_qk: int, head_dim_v: int) -> bool:
+        one_tile = self.block_q == self.chunk and self.dkdv_block_kv == self.chunk
+        whole_values = self.state_block_v == head_dim_v
+        return self.fused_dq and one_tile and whole_values and self.uses_fused_dkdv(head_dim_qk, head_dim_v)
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, variant: str = "sig",
@@ -125,6 +135,7 @@ class Tiling:
             out_q_tiles=1 if limit or wide_qk or chunk < 2 * tile else 2,
             dv_block_v=value_block if limit else largest_pow2_block(head_dim_v, 256),
             fused_dkdv=small_heads,
+            fused_dq=small_heads,
             dkdv_block_kv=tile,
             dkdv_num_warps=4 if small_heads else 8,
             dkdv_num_stages=2 if small_heads else 1,
@@ -262,12 +273,13 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
                     state_dtype)
 
 
-def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tiling: Tiling, sig: bool,
-              normalize: bool):
+def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling, sig: bool, normalize: bool):
     """Returns dq, dk, dv, di, df, dc0 (dc0 is the gradient of the initial state C_0).
 
-    recompute_states: () -> states, called when the forward pass did not keep them. The order (dQ with the
-    states, then the state gradients, then dK/dV) keeps at most one of states and state gradients alive.
+    initial: fp32 (C_0, n_0, m_0) or None, for the states that the backward recomputes where the forward
+    pass did not keep them. The order (dQ with the states, then the state gradients, then dK/dV) keeps at
+    most one of states and state gradients alive; with `Tiling.uses_fused_dq` the recomputed states are
+    never stored (dQ's inter-chunk part comes from the recurrence, the rest from the dK/dV kernel).
     """
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
@@ -282,16 +294,21 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     strides_qkvh = (*token_strides(q), *token_strides(k), *token_strides(v), *token_strides(dh))
     bh_shape = (B * H, T)
 
-    states = fwd.states if fwd.states is not None else recompute_states()
-    num_qk_blocks = DQK // tiling.block_qk
     dq = empty_with_strides_of(q)
-    q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
-    grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)
-    triton_bwd.chunk_dq_kernel[grid](
-        q, k, v, dh, *gates, states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale, **tiles,
-        **dims, **blocks, **flags, **launch,
-    )
-    del states
+    fused_dq = fwd.states is None and tiling.uses_fused_dq(DQK, DV)
+    if fused_dq:
+        q_dq = torch.empty(1, *bh_shape, device=q.device, dtype=torch.float32)
+        _states_dq(k, v, dh, fwd, initial, dq, tiling, qk_scale, normalize)
+    else:
+        states = fwd.states if fwd.states is not None else _recompute_states(k, v, fwd, initial, tiling)
+        num_qk_blocks = DQK // tiling.block_qk
+        q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
+        grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)
+        triton_bwd.chunk_dq_kernel[grid](
+            q, k, v, dh, *gates, states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale, **tiles,
+            **dims, **blocks, **flags, **launch,
+        )
+        del states
 
     dstates = torch.empty(B * H, NC, DQK, DV, device=q.device, dtype=fwd.state_dtype)
     dc0 = torch.empty(B * H, DQK, DV, device=q.device, dtype=torch.float32)
@@ -309,11 +326,12 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
         k_dk = torch.empty(1, *bh_shape, device=q.device, dtype=torch.float32)
         grid, tiles = _chunk_launch(tiling.chunk // tiling.dkdv_block_kv, 1, NC * B * H)
         triton_bwd.chunk_dkdv_kernel[grid](
-            q, k, v, dh, *gates, dstates, dk, dv, k_dk, *strides_qkvh, T, H, NC, qk_scale, **tiles,
-            BLQ=tiling.block_q, BLKV=tiling.dkdv_block_kv, **dims, **flags,
+            q, k, v, dh, *gates, dstates, dk, dv, k_dk, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale, **tiles,
+            BLQ=tiling.block_q, BLKV=tiling.dkdv_block_kv, **dims, **flags, WITH_DQ=fused_dq,
             num_warps=tiling.dkdv_num_warps, num_stages=tiling.dkdv_num_stages,
         )
     else:
+        num_qk_blocks = DQK // tiling.block_qk
         k_dk = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
         grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)
         triton_bwd.chunk_dk_kernel[grid](
@@ -330,6 +348,25 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, recompute_states, tilin
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
 
 
+def _states_dq(k, v, dh, fwd: _Forward, initial, dq, tiling: Tiling, qk_scale: float,
+               normalize: bool) -> None:
+    """The state recurrence again, each state applied to its chunk's output gradients: writes the
+    inter-chunk part of dQ into dq (`triton_bwd.chunk_states_dq_kernel`)."""
+    B, T, H, DQK = k.shape
+    DV = v.shape[-1]
+    stabilize = fwd.chunk_max is not None
+    c0, _, m0 = initial if initial is not None else (dq, None, dq)
+    triton_bwd.chunk_states_dq_kernel[(DQK // tiling.state_block_qk, B * H)](
+        k, v, dh, fwd.log_f_cumsum, fwd.log_i, fwd.chunk_max if stabilize else fwd.log_i, fwd.maxes,
+        fwd.m_comb, fwd.denom, c0, m0, dq,
+        *token_strides(k), *token_strides(v), *token_strides(dh), *token_strides(dq),
+        T, H, T // tiling.chunk, qk_scale,
+        DQK=DQK, DV=DV, L=tiling.chunk, BL=tiling.block_state, BK=tiling.state_block_qk,
+        STABILIZE=stabilize, NORMALIZE=normalize, HAS_INITIAL=initial is not None,
+        num_warps=tiling.state_num_warps, num_stages=tiling.state_num_stages,
+    )
+
+
 def _recompute_states(k, v, fwd: _Forward, initial, tiling: Tiling) -> torch.Tensor:
     """The chunk states [B*H, NC, Dqk, Dv] again, for a backward pass whose forward did not keep them."""
     states, *_ = _chunk_states(k, v, fwd.log_f_cumsum, fwd.log_i, fwd.chunk_max, initial, tiling, False,
@@ -338,22 +375,23 @@ def _recompute_states(k, v, fwd: _Forward, initial, tiling: Tiling) -> torch.Ten
 
 
 def tfla_backward(q, k, v, i, f, dh, dc_last, initial, row_stats, *, chunk_size: int, variant: str,
-                  normalize: bool):
+                  normalize: bool, fused_dq: bool = True):
     """The TFLA backward pass after a forward pass computed by another algorithm (`fused_chunk`).
 
     row_stats: (denom, m_comb [B*H, T], maxes [B*H, NC+1], c_last [B*H, Dqk, Dv]) as the TFLA forward writes
     them (one max update per chunk, m_{k+1} = max(b[L-1] + m_k, a_k)). initial: fp32 (C_0, n_0, m_0) or
-    None. Returns dq, dk, dv, di, df, dc0 as `_backward`.
+    None. The tiling is `Tiling.default`, its fused_dq off unless ``fused_dq``. Returns dq, dk, dv, di,
+    df, dc0 as `_backward`.
     """
     B, T, H, DQK = q.shape
     tiling = Tiling.default(chunk_size, DQK, v.shape[-1], variant=variant)
+    tiling = tiling if fused_dq else replace(tiling, fused_dq=False)
     sig = variant == "sig"
     denom, m_comb, maxes, c_last = row_stats
     log_f_cumsum, log_i, _, chunk_max = _gate_cumsums(i, f, tiling, sig)
     fwd = _Forward(None, None, None, maxes, c_last, None, denom, m_comb, log_f_cumsum, log_i, chunk_max,
                    q.dtype)
-    return _backward(q, k, v, i, f, dh, dc_last, fwd,
-                     lambda: _recompute_states(k, v, fwd, initial, tiling), tiling, sig, normalize)
+    return _backward(q, k, v, i, f, dh, dc_last, fwd, initial, tiling, sig, normalize)
 
 
 @dataclass(frozen=True)
@@ -395,15 +433,11 @@ class _MLSTMChunkwise(torch.autograd.Function):
         config, fwd = ctx.config, ctx.fwd
         q, k, v, i, f, *initial = ctx.saved_tensors
         initial = tuple(initial) if ctx.has_initial else None
-
-        def recompute_states():
-            return _recompute_states(k, v, fwd, initial, config.tiling)
-
         if dh is None:
             dh = torch.zeros(*q.shape[:3], v.shape[-1], device=q.device, dtype=q.dtype)
         dc_last = dc_last.float().contiguous() if dc_last is not None else None
-        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, contiguous_last(dh), dc_last, fwd,
-                                            recompute_states, config.tiling, config.sig, config.normalize)
+        dq, dk, dv, di, df, dc0 = _backward(q, k, v, i, f, contiguous_last(dh), dc_last, fwd, initial,
+                                            config.tiling, config.sig, config.normalize)
         return None, dq, dk, dv, di, df, dc0 if ctx.has_initial else None, None, None
 
 
