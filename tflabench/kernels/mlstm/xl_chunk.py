@@ -109,6 +109,9 @@ class Tiling:
         kernel of 4 warps and 2 stages (q, k, v, dh and the state gradient read once for both: forward +
         backward 9-17 % faster at 32 x 64/64, T = 2k ... 64k, L 64 and 128, on an H100,
         results/h100/ab-small-head-backward); at Dqk 128 / Dv 256 the split kernels were faster (H200).
+        Where a chunk is one tile there, that kernel also computes dQ (`fused_dq`: fwd+bwd 3-8 % faster at
+        32 x 64/64, L 64, T = 2k ... 32k, H100, results/h100/ab-fused-dq) and runs one stage, its loop
+        making one trip (3 % faster than two, which spill 192 bytes, results/h100/ab-fused-dq-dkdv).
         The state and state-gradient recurrences run two pipeline stages (their next sub-chunk's loads in
         flight during the current one's update; sm_90: equal occupancy, fewer registers, no stack): mLSTMsig
         forward 4-6 % faster at 16 x 128/256, T = 8192, and 12-24 % at T = 65,536 (B x H = 16), L 128 and
@@ -138,7 +141,7 @@ class Tiling:
             fused_dq=small_heads,
             dkdv_block_kv=tile,
             dkdv_num_warps=4 if small_heads else 8,
-            dkdv_num_stages=2 if small_heads else 1,
+            dkdv_num_stages=2 if small_heads and chunk > tile else 1,
             state_num_stages=2,
         )
 
