@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.image import imread
+from PIL import Image
 
 from tflabench.analysis import hardware, optimal_chunk, plots, run_data
 from tflabench.analysis.plot_commands import PLOT_KIND_NAMES
@@ -68,7 +69,9 @@ def test_cli_kind_names_match_the_plot_registry():
 def test_every_kind_is_written_as_nonblank_png_and_svg(rendered, kind):
     assert kind not in rendered.skipped
     png, svg = sorted(rendered.files[kind], key=lambda path: path.suffix)
-    assert png.suffix == ".png" and png.stat().st_size > 40_000
+    assert png.suffix == ".png" and png.stat().st_size > 15_000
+    with Image.open(png) as image:
+        assert image.mode == "P"  # a palette of 256 colors (`plots.palette_png`)
     pixels = imread(png)[..., :3]
     assert pixels.shape[0] > 500 and pixels.shape[1] > 800
     assert pixels.std() > 0.05
