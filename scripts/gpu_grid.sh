@@ -50,7 +50,7 @@ shipped="results/grid-h100 results/grid-h200 results/h100/grid-t8192-v7 results/
     results/h100/grid-t65536-v8 results/h200/grid-t8192-v8 results/grid-h200-v9 results/h100/grid-v9-16x128x256
     results/h100/grid-v9-32x64x64 results/grid-h200-v10-32x64x64 results/grid-h100-v10-32x64x64
     results/grid-h100-v10-8x256x512 results/grid-h100-v10-32x128x128 results/grid-h100-v11-32x64x64
-    results/grid-h200-v11-32x64x64"
+    results/grid-h200-v11-32x64x64 results/grid-h100-v11-16x128x256"
 gpus=${TFLABENCH_GRID_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 [[ $gpus =~ ^[0-9]+$ ]] || { echo "TFLABENCH_GRID_GPUS must be a number of GPUs, got '$gpus'" >&2; exit 2; }
 ((gpus < 1)) && gpus=1
