@@ -18,7 +18,8 @@ per thread per trip of that loop, read from the SASS).
 
 `--table` compiles the default tilings over the head dims and chunk sizes the structural performance model
 is checked and plotted at, today's and those of the former kernels versions that committed runs measured
-(`tilings.FORMER_DEFAULTS`, keys with a `/version` suffix), and writes them to
+(`tilings.FORMER_DEFAULTS`, keys with a `/version` suffix), and the tilings that committed rows ran (A/B
+runs; keys `/version/tiling`), and writes them to
 `tflabench/analysis/compiled_resources.json` (about 10 minutes on two cores); the model reads registers,
 shared memory and loop spills from it (docs/performance-model.md).
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
@@ -41,12 +42,15 @@ import os
 import re
 import subprocess
 import tempfile
+from pathlib import Path
 
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
+
+from tflabench.errors import InputError
 
 HOPPER = GPUTarget("cuda", 90, 128)
 SHARED_LIMIT_KB = 227
@@ -199,42 +203,47 @@ def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
 TABLE_HEAD_DIMS = ((64, 64), (128, 128), (128, 256), (256, 256), (256, 512), (512, 512))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
 TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysis", "compiled_resources.json")
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
-def _table_tiling(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None):
-    """The default tiling of one configuration in the kernels version ``version`` (None: today's;
-    `tilings.former_default`), as the structural model resolves it (`structural.modelled_tiling`)."""
-    from tflabench.analysis import structural
-    from tflabench.kernels.mlstm import tilings
+def _table_tiling(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None,
+                  tiling: str | None = None):
+    """The tiling of one configuration in the kernels version ``version`` (None: today's;
+    `tilings.former_default`) with a committed row's ``tiling`` text on top, as the structural model
+    resolves it (`model_check.row_tiling`, `structural.modelled_tiling`)."""
+    from tflabench.analysis import model_check, structural
 
     problem = structural.Problem(1, 2 * chunk, 1, dqk, dv, variant=variant)
-    return structural.modelled_tiling(problem, algorithm, chunk, tilings.former_default(version, variant))
+    fields = model_check.row_tiling(version, variant, tiling)
+    return structural.modelled_tiling(problem, algorithm, chunk, fields)
 
 
-def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None = None
-                 ) -> dict:
-    """The default tiling of one configuration (in the kernels version ``version``) and, per kernel it
-    launches (forward and backward), what `resources` reports; the first launch of a kernel stands for its
-    repeats."""
+def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, version: str | None = None,
+                 tiling: str | None = None) -> dict:
+    """The tiling of one configuration (in the kernels version ``version``, with ``tiling`` on top) and,
+    per kernel it launches (forward and backward), what `resources` reports; the first launch of a kernel
+    stands for its repeats."""
     args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2,
                               seq=None,
                               algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
                               limit=algorithm == "limit_chunk")
-    tiling = _table_tiling(algorithm, variant, dqk, dv, chunk, version)
+    resolved = _table_tiling(algorithm, variant, dqk, dv, chunk, version, tiling)
     kernels = {}
-    for launch in _launches(args, tiling):
+    for launch in _launches(args, resolved):
         row = resources(launch)
         kernels.setdefault(row["kernel"], {
             "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
             "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
             "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"]})
-    return {"tiling": dataclasses.asdict(tiling), "kernels": kernels}
+    return {"tiling": dataclasses.asdict(resolved), "kernels": kernels}
 
 
 def _table_key(algorithm: str, variant: str, dqk: int, dv: int, chunk: int,
-               version: str | None = None) -> str:
-    """``algorithm/variant/DqkxDv/Lchunk`` (today's default tiling), ``.../version`` for a former one."""
-    return f"{algorithm}/{variant}/{dqk}x{dv}/L{chunk}" + (f"/{version}" if version else "")
+               version: str | None = None, tiling: str | None = None) -> str:
+    """``algorithm/variant/DqkxDv/Lchunk`` (today's default tiling), ``.../version`` for a former one,
+    ``.../version/tiling`` for a committed row's tiling."""
+    return (f"{algorithm}/{variant}/{dqk}x{dv}/L{chunk}" + (f"/{version}" if version or tiling else "")
+            + (f"/{tiling}" if tiling else ""))
 
 
 def _table_entry_or_none(*config) -> dict | None:
@@ -306,21 +315,46 @@ def write_reference_table(path: str = TABLE_PATH) -> None:
         file.write("\n")
 
 
-def _table_configs() -> list[tuple]:
-    """(algorithm, variant, Dqk, Dv, chunk, version) of every table entry: today's default tiling of each
-    configuration, and each former version's (`tilings.FORMER_DEFAULTS`, the kernels of the committed runs)
-    where it is another tiling."""
+def _committed_tilings() -> list[tuple]:
+    """(algorithm, variant, Dqk, Dv, chunk, version, tiling) of the committed rows of our kernels that ran
+    a tiling other than their version's default (`model_check.tiled_rows`; the version is today's where the
+    run does not say)."""
+    from tflabench.analysis import model_check
+    from tflabench.analysis.run_data import load_run
     from tflabench.kernels.mlstm import tilings
 
+    found = set()
+    for meta in RESULTS.rglob("meta.json"):
+        if "_scratch" in meta.parts:
+            continue
+        run = load_run(meta.parent)
+        version = model_check.kernels_version(run) or tilings.KERNELS_VERSION
+        found.update((*row[:5], version, row[5]) for row in model_check.tiled_rows(run)
+                     if row[0] in TABLE_CHUNKS)
+    return sorted(found)
+
+
+def _table_configs() -> list[tuple]:
+    """(algorithm, variant, Dqk, Dv, chunk, version, tiling) of every table entry: today's default tiling of
+    each configuration, each former version's (`tilings.FORMER_DEFAULTS`, the kernels of the committed
+    runs) and each tiling of a committed row (`_committed_tilings`) where it is another tiling."""
+    from tflabench.kernels.mlstm import tilings
+
+    defaults = [(algorithm, variant, dqk, dv, chunk, version, None)
+                for algorithm, chunks in TABLE_CHUNKS.items()
+                for variant, (dqk, dv), chunk in itertools.product(("sig", "exp"), TABLE_HEAD_DIMS, chunks)
+                for version in (None, *tilings.FORMER_DEFAULTS)]
+    seen: dict[tuple, list] = {}
     configs = []
-    for algorithm, chunks in TABLE_CHUNKS.items():
-        for variant, (dqk, dv), chunk in itertools.product(("sig", "exp"), TABLE_HEAD_DIMS, chunks):
-            seen = []
-            for version in (None, *tilings.FORMER_DEFAULTS):
-                tiling = _table_tiling(algorithm, variant, dqk, dv, chunk, version)
-                if tiling not in seen:
-                    seen.append(tiling)
-                    configs.append((algorithm, variant, dqk, dv, chunk, version))
+    for config in [*defaults, *_committed_tilings()]:
+        try:
+            tiling = _table_tiling(*config)
+        except InputError:  # a committed tiling the kernels no longer have
+            continue
+        same_configuration = seen.setdefault(config[:5], [])
+        if tiling not in same_configuration:
+            same_configuration.append(tiling)
+            configs.append(config)
     return configs
 
 

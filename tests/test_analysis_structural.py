@@ -191,19 +191,22 @@ def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypat
 
 
 def test_the_shipped_table_matches_todays_tilings():
-    """Every entry of compiled_resources.json is for the tiling the kernels use now, or (keys with a
-    version suffix) the default of that former version (`python scripts/kernel_resources.py --table`
-    regenerates it after a tiling change)."""
-    from tflabench.kernels.mlstm import tilings
+    """Every entry of compiled_resources.json is for the tiling the kernels use now, (keys with a version
+    suffix) the default of that former version, or (keys with a version and a tiling) a committed row's
+    tiling in that version (`python scripts/kernel_resources.py --table` regenerates it after a tiling
+    change)."""
+    from tflabench.analysis import model_check
 
     table = structural._compiled_table()
     assert table
+    assert any(len(key.split("/")) == 6 for key in table)
     for key in table:
-        algorithm, variant, dims, chunk, *version = key.split("/")
+        algorithm, variant, dims, chunk, *source = key.split("/")
         head_dim_qk, head_dim_v = map(int, dims.split("x"))
         problem = structural.Problem(1, 4096, 1, head_dim_qk, head_dim_v, variant=variant)
-        former = tilings.former_default(version[0], variant) if version else None
-        assert structural.compiled_kernels(problem, algorithm, int(chunk[1:]), former) is not None, key
+        version, tiling = (source + [None, None])[:2]
+        fields = model_check.row_tiling(version, variant, tiling) if source else None
+        assert structural.compiled_kernels(problem, algorithm, int(chunk[1:]), fields) is not None, key
 
 
 def test_structural_optimal_chunks_per_head_dim():
@@ -268,7 +271,8 @@ def _launch(problem, algorithm, chunk, name, tiling=None):
 
 def test_rows_of_a_tiling_variant_are_modelled_with_it():
     """A tiling text (named or FIELD=VALUE) or a dict of overrides changes the launches as it changes the
-    kernels: stages of the recurrences, the state dtype's bytes, dK and dV in one kernel or two."""
+    kernels: stages of the recurrences, the state dtype's bytes, dK and dV in one kernel or two, dQ in the
+    dK/dV kernel (where a chunk is one tile) or in its own."""
     assert _launch(FIG4, "xl_chunk", 128, "states").stages == Tiling.default(128, 128, 256).state_num_stages
     assert _launch(FIG4, "xl_chunk", 128, "states", "state-s1").stages == 1
     assert _launch(FIG4, "xl_chunk", 128, "states", {"state_num_stages": 1}).stages == 1
@@ -278,9 +282,13 @@ def test_rows_of_a_tiling_variant_are_modelled_with_it():
         FIG4, "xl_chunk", 128, "output").programs
     small = structural.Problem(8, 8192, 32, 64, 64, mode="fwdbw")
     names = [launch.name for launch in structural.launches(small, "xl_chunk", 64)]
-    assert "dK+dV" in names and "dK" not in names
+    assert {"states + dQ (inter)", "dQ+dK+dV"} <= set(names) and not {"dQ", "dK+dV"} & set(names)
+    names = [launch.name for launch in structural.launches(small, "xl_chunk", 128)]
+    assert {"dQ", "dK+dV"} <= set(names) and "dQ+dK+dV" not in names
+    names = [launch.name for launch in structural.launches(small, "fused_chunk", 64, "bwd-dq-split")]
+    assert {"states (recomputed)", "dQ", "dK+dV"} <= set(names) and "dQ+dK+dV" not in names
     names = [launch.name for launch in structural.launches(small, "xl_chunk", 64, "bwd-split")]
-    assert "dK+dV" not in names and {"dK", "dV"} <= set(names)
+    assert "dK+dV" not in names and {"dQ", "dK", "dV"} <= set(names)
     with pytest.raises(InputError, match="not modelled"):
         structural.launches(FIG4, "fused_chunk", 64, "fused-backward")
 

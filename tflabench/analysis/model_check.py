@@ -114,12 +114,28 @@ def modelled_tilings(run: Run) -> str:
     return f"today's defaults ({tilings.KERNELS_VERSION}; the run's kernels {version} are not reproduced)"
 
 
-def _row_tiling(version: str | None, variant: str, tiling: str | None) -> dict | None:
+def row_tiling(version: str | None, variant: str, tiling: str | None) -> dict | None:
     """The tiling overrides of a row: its kernels version's former defaults, then its own tiling."""
     from tflabench.kernels.mlstm import tilings
 
     fields = {**(tilings.former_default(version, variant) or {}), **structural.tiling_fields(tiling)}
     return fields or None
+
+
+def tiled_rows(run: Run) -> set[tuple[str, str, int, int, int, str]]:
+    """(algorithm, variant, Dqk, Dv, chunk, tiling) of the run's ``ok`` rows of our kernels that ran a
+    tiling other than the default (A/B runs), the algorithm as the model takes it."""
+    found = set()
+    for _, row in run.table[run.table["status"] == "ok"].iterrows():
+        params = _row_params(row)
+        modelled = modelled_algorithm(str(row["kernel"]), params)
+        chunk = _row_chunk(row, params)
+        tiling = params.get("tiling")
+        if modelled is None or chunk is None or not isinstance(tiling, str) or modelled[1] == "reference":
+            continue
+        variant, algorithm = modelled
+        found.add((algorithm, variant, int(row["head_dim_qk"]), int(row["head_dim_v"]), chunk, tiling))
+    return found
 
 
 def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
@@ -139,8 +155,8 @@ def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
                                      mode=str(row["mode"]), element_bytes=element_bytes)
         tiling = params.get("tiling") if isinstance(params.get("tiling"), str) else None
         try:
-            row_tiling = _row_tiling(version, variant, tiling) if algorithm != "reference" else None
-            predicted = structural.predict(problem, algorithm, chunk, rates, row_tiling)
+            fields = row_tiling(version, variant, tiling) if algorithm != "reference" else None
+            predicted = structural.predict(problem, algorithm, chunk, rates, fields)
         except InputError:
             continue
         gpu = str(row["gpu"])
