@@ -10,8 +10,9 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kernel_resources.py"
 KERNELS = ["gate_cumsum_kernel", "chunk_states_kernel", "chunk_outputs_kernel", "chunk_dq_kernel",
            "chunk_state_grads_kernel", "chunk_dk_kernel", "chunk_dv_kernel"]
-#: at head dims <= 64 dK and dV come from one kernel (`Tiling.default`)
-SMALL_HEAD_KERNELS = KERNELS[:5] + ["chunk_dkdv_kernel"]
+#: at head dims <= 64 dK and dV come from one kernel, and where a chunk is one tile dQ too, its inter-chunk
+#: part from the recomputed recurrence (`Tiling.default`, `Tiling.uses_fused_dq`)
+SMALL_HEAD_KERNELS = KERNELS[:3] + ["chunk_states_dq_kernel", "chunk_state_grads_kernel", "chunk_dkdv_kernel"]
 
 
 def resource_rows(*arguments: str) -> dict[str, list[str]]:
@@ -33,8 +34,8 @@ def test_every_kernel_of_a_forward_and_backward_pass_is_compiled_for_hopper_and_
 
 
 def test_a_tiling_change_reaches_the_compiled_kernel():
-    default = resource_rows("--dqk", "32", "--dv", "64", "--chunk", "32")
-    wider = resource_rows("--dqk", "32", "--dv", "64", "--chunk", "32", "--set", "num_warps=8")
+    default = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32")
+    wider = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32", "--set", "num_warps=8")
     assert default["chunk_dq_kernel"][0] == "4" and wider["chunk_dq_kernel"][0] == "8"
 
 
