@@ -2,6 +2,7 @@
 figures, not a measurement): launches from the kernels' own tilings, occupancy, predictions, the model-check
 of a run, and the `predict` / `model-check` / `optimal-chunk` commands with their errors."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -430,3 +431,18 @@ def test_a_walk_of_few_programs_takes_the_latency_of_its_steps(rates):
     assert rounds > 1 and latency.compute_s == pytest.approx(max(throughput.compute_s, rounds * 16 * step))
     blocks["walk"][0]["step_s"] = step / 100
     assert structural.launch_time(full, structural.Rates(blocks)).compute_s == throughput.compute_s
+
+
+def test_independent_product_chains_count_as_programs_for_the_product_rate():
+    """The dK/dV kernel's two chains (scores and score gradients) get the product rate of twice its
+    resident programs: less compute than the same launch as one chain, never more than at the full grid."""
+    rates = structural.load_rates("h100-sxm")
+    small = structural.Problem(8, 8192, 32, 64, 64, mode="fwdbw")
+    launch = next(item for item in structural.launches(small, "xl_chunk", 128) if item.name == "dK+dV")
+    assert launch.chains == 2
+    two = structural.launch_time(launch, rates)
+    one = structural.launch_time(dataclasses.replace(launch, chains=1), rates)
+    assert two.compute_s < one.compute_s and two.memory_s == one.memory_s
+    others = [item for item in structural.launches(small, "xl_chunk", 128) if item.name != "dK+dV"]
+    assert others and all(item.chains == 1 for item in others)
+

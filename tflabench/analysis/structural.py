@@ -108,7 +108,10 @@ class Launch:
     function) finds its compiled registers, shared memory and loop spills (`compiled`, from
     compiled_resources.json) when the table has them, and `loop_trips` is the trips of its outermost loop
     per program (what the spills of one trip are multiplied by). `walk`: (kind, L, Dqk, Dv) of the step of a
-    launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`)."""
+    launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`:
+    the independent accumulator chains of tile products a program interleaves; the calibration times one
+    chain per program, and c programs of n chains each get the product rate of c x n programs
+    (results/h100/dot-chains/: two chains 1.17-1.37x one)."""
 
     name: str
     programs: int
@@ -128,6 +131,7 @@ class Launch:
     loop_trips: float = 1.0
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
+    chains: int = 1
 
     def dot(self, m: int, n: int, k: int, count: float) -> None:
         self.dots[(m, n, k)] = self.dots.get((m, n, k), 0.0) + count
@@ -298,7 +302,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     per_sm = math.ceil(launch.programs / sms)
     concurrency = min(resident, per_sm)
     dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
-                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, concurrency)
+                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, concurrency * launch.chains)
                 for (m, n, k), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
@@ -544,15 +548,16 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
 def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = False) -> Launch:
     """`chunk_dkdv_kernel`: dK and dV in one program per key/value tile of dkdv_block_kv rows over whole
     head dims, walking the query tiles at and after the diagonal (K Q^T and V dH^T computed once for
-    both); q, k, v, dh and the state gradient read once. with_dq (a chunk of one tile): also dQ, its
-    inter-chunk part read and the sum written back."""
+    both); q, k, v, dh and the state gradient read once. Two chains of products: the scores and the score
+    gradients, then dV and dK from them, do not wait for each other. with_dq (a chunk of one tile): also
+    dQ, its inter-chunk part read and the sum written back."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks, rows = p.seq_len // t.chunk, t.dkdv_block_kv
     dqk, dv = p.head_dim_qk, p.head_dim_v
     programs = (t.chunk // rows) * chunks * p.rows
     query_tiles = _mean_causal_tiles(t.chunk, rows, t.block_q) * rows / t.block_q
     launch = Launch("dK+dV", programs, t.dkdv_num_warps, t.dkdv_num_stages, rows * (dqk + dv),
-                    t.block_q * (dqk + dv) * e, kernel="chunk_dkdv_kernel")
+                    t.block_q * (dqk + dv) * e, kernel="chunk_dkdv_kernel", chains=2)
     launch.dot(rows, dqk, dv, 1)
     launch.dot(rows, dv, dqk, 1)
     launch.dot(rows, t.block_q, dqk, query_tiles)
