@@ -320,14 +320,12 @@ def _committed_tilings() -> list[tuple]:
     a tiling other than their version's default (`model_check.tiled_rows`; the version is today's where the
     run does not say)."""
     from tflabench.analysis import model_check
-    from tflabench.analysis.run_data import load_run
+    from tflabench.analysis.run_data import committed_run_dirs, load_run
     from tflabench.kernels.mlstm import tilings
 
     found = set()
-    for meta in RESULTS.rglob("meta.json"):
-        if "_scratch" in meta.parts:
-            continue
-        run = load_run(meta.parent)
+    for run_dir in committed_run_dirs(RESULTS):
+        run = load_run(run_dir)
         version = model_check.kernels_version(run) or tilings.KERNELS_VERSION
         found.update((*row[:5], version, row[5]) for row in model_check.tiled_rows(run)
                      if row[0] in TABLE_CHUNKS)

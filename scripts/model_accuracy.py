@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tflabench.analysis import model_check
-from tflabench.analysis.run_data import load_run
+from tflabench.analysis.run_data import committed_run_dirs, load_run
 from tflabench.errors import InputError
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -43,8 +43,7 @@ def _row(run_dir: Path) -> str | None:
 
 
 def main() -> None:
-    runs = [Path(arg).resolve() for arg in sys.argv[1:]] or sorted(
-        path.parent for path in RESULTS.rglob("meta.json") if "_scratch" not in path.parts)
+    runs = [Path(arg).resolve() for arg in sys.argv[1:]] or committed_run_dirs(RESULTS)
     print("| run | kernels (tilings modelled) | rows | all: median / worst / best match | ours | reference |")
     print("|---|---|---|---|---|---|")
     for run_dir in runs:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import tflabench
+from tflabench.analysis import run_data
 
 REPOSITORY = Path(tflabench.__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
@@ -27,7 +28,7 @@ def test_the_readme_is_short():
 def test_the_results_index_lists_every_run():
     index = (REPOSITORY / "results" / "README.md").read_text()
     results = REPOSITORY / "results"
-    runs = [path.parent for path in results.rglob("meta.json") if "_scratch" not in path.parts]
+    runs = run_data.committed_run_dirs(results)
     folders = [path for path in (results / "gpu-tests").iterdir() if path.is_dir()]
     missing = [path for path in [*runs, *folders] if path.relative_to(results).as_posix() + "/" not in index
                and path.parent.name != "tfla-vs-reference"]

@@ -81,6 +81,16 @@ def runs_by_gpu(run: Run) -> list[tuple[str, Run]]:
     return parts
 
 
+#: folders under results/ whose runs are scratch work, not committed measurements
+SCRATCH_DIR = "_scratch"
+
+
+def committed_run_dirs(results: Path) -> list[Path]:
+    """The run directories under ``results`` (every folder with a meta.json but those in `SCRATCH_DIR`),
+    sorted."""
+    return sorted(meta.parent for meta in results.rglob("meta.json") if SCRATCH_DIR not in meta.parts)
+
+
 def load_run(path: str | Path) -> Run:
     """Read ``results/<run>/`` (or a results CSV, with the meta.json next to it if there is one).
 

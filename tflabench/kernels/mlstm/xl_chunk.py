@@ -296,6 +296,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
     gates = (fwd.log_f_cumsum, fwd.log_i, fwd.maxes, fwd.m_comb, fwd.denom)
     strides_qkvh = (*token_strides(q), *token_strides(k), *token_strides(v), *token_strides(dh))
     bh_shape = (B * H, T)
+    num_qk_blocks = DQK // tiling.block_qk
 
     dq = empty_with_strides_of(q)
     fused_dq = fwd.states is None and tiling.uses_fused_dq(DQK, DV)
@@ -304,7 +305,6 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
         _states_dq(k, v, dh, fwd, initial, dq, tiling, qk_scale, normalize)
     else:
         states = fwd.states if fwd.states is not None else _recompute_states(k, v, fwd, initial, tiling)
-        num_qk_blocks = DQK // tiling.block_qk
         q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
         grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)
         triton_bwd.chunk_dq_kernel[grid](
@@ -334,7 +334,6 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
             num_warps=tiling.dkdv_num_warps, num_stages=tiling.dkdv_num_stages,
         )
     else:
-        num_qk_blocks = DQK // tiling.block_qk
         k_dk = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
         grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)
         triton_bwd.chunk_dk_kernel[grid](
