@@ -58,35 +58,64 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert set(blocks["launch"]) == {"launch_s", "program_s"}
     assert set(blocks["spills"]) == {"local_bytes_per_s", "spill_bytes_per_thread", "spill_seconds"}
     assert [(walk["kind"], walk["l"], walk["dqk"], walk["dv"]) for walk in blocks["walk"]] == [
-        ("state", 16, 16, 32), ("fused", 16, 16, 32)]
+        ("state", 16, 16, 32), ("fused", 16, 16, 32), ("fused_exp", 16, 16, 32)]
     assert all(walk["step_s"] > 0 for walk in blocks["walk"])
     assert blocks["seconds"] > 0
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_the_walk_microbenchmark_computes_the_recurrence_it_times(fused):
-    """`_walk_kernel` (interpreter, fp32): the state after the steps and the last step's h of the fused
-    walk equal the same recurrence in float64, so the timed steps do the work they stand for."""
+def _walk_reference(kind, q, k, v, gate, steps):
+    """(state, last h) of `_walk_kernel`'s program 0 in float64: the kernels' step, written out."""
+    logsig = torch.nn.functional.logsigmoid
+    slots, chunk, dqk = q.shape
+    causal = torch.ones(chunk, chunk, dtype=torch.bool).tril()
+    state = torch.zeros(dqk, v.shape[-1], dtype=torch.float64)
+    norm, m_state, last_h = torch.zeros(dqk, dtype=torch.float64), 0.0, None
+    for step in range(steps):
+        slot = step % slots
+        qs, ks, vs = (x[slot].double() for x in (q, k, v))
+        first, second = (row.reshape(slots, chunk)[slot].double() for row in gate)
+        if kind == "state":
+            b, ig = first, second
+        else:
+            b, ig = logsig(first).cumsum(0), logsig(second) if kind == "fused" else second
+        decay = b[-1]
+        m_next = 0.0
+        if kind == "fused":
+            gates = torch.where(causal, torch.exp(b[:, None] - b[None, :] + ig[None, :]), 0.0)
+            last_h = (qs * torch.exp(b)[:, None] * 0.125) @ state + (qs @ ks.T * 0.125 * gates) @ vs
+        elif kind == "fused_exp":
+            m_inter = b + m_state
+            m_comb = torch.maximum(m_inter, b + torch.cummax(ig - b, 0).values)
+            q_gate = torch.exp(m_inter - m_comb) * 0.125
+            log_gates = b[:, None] - m_comb[:, None] - b[None, :] + ig[None, :]
+            scores = qs @ ks.T * 0.125 * torch.where(causal, torch.exp(log_gates), 0.0)
+            n = q_gate * (qs @ norm) + scores.sum(1)
+            denom = torch.maximum(n.abs(), torch.exp(-m_comb)) + 1e-6
+            last_h = ((qs * q_gate[:, None]) @ state + scores @ vs) / denom[:, None]
+            m_next = max(decay + m_state, (decay - b + ig).max()).item()
+        scale = torch.exp(decay + m_state - m_next)
+        weighted = ks * torch.exp(decay - b + ig - m_next)[:, None]
+        state = state * scale + weighted.T @ vs
+        norm = norm * scale + weighted.sum(0)
+        m_state = m_next
+    return state, last_h
+
+
+@pytest.mark.parametrize("kind", ["state", "fused", "fused_exp"])
+def test_the_walk_microbenchmark_computes_the_recurrence_it_times(kind):
+    """`_walk_kernel` (interpreter, fp32): the state after the steps and the last step's h of a fused walk
+    equal the same recurrence in float64, so the timed steps do the work they stand for."""
     torch.manual_seed(0)
     slots, chunk, dqk, dv, steps = 2, 16, 16, 32, 3
     q, k = torch.randn(slots, chunk, dqk) / 8, torch.randn(slots, chunk, dqk) / 8
     v = torch.randn(slots, chunk, dv)
+    gate = calibrate_blocks._walk_gates(kind, slots, chunk, "cpu")
     h, out = torch.zeros(1, chunk, dv), torch.zeros(1)
-    calibrate_blocks._walk_kernel[(1,)](q, k, v, h, out, steps, slots, L=chunk, DQK=dqk, DV=dv, FUSED=fused,
-                                        NUM_STAGES=1)
-    rows = torch.arange(chunk, dtype=torch.float64)
-    state, last_h = torch.zeros(dqk, dv, dtype=torch.float64), None
-    for step in range(steps):
-        qs, ks, vs = (x[step % slots].double() for x in (q, k, v))
-        if fused:
-            scores = qs @ ks.T
-            scores = scores * torch.exp(scores * 0.001 - (rows[:, None] - rows[None, :]) * 0.01)
-            scores = torch.where(rows[:, None] >= rows[None, :], scores, 0.0)
-            last_h = qs @ state + scores @ vs
-        weight = torch.exp(rows * -0.01 + step * 1e-6)
-        state = state * 0.999 + (ks * weight[:, None]).T @ vs
+    calibrate_blocks._walk_kernel[(1,)](q, k, v, gate, h, out, steps, slots, L=chunk, DQK=dqk, DV=dv,
+                                        FUSED=kind != "state", STABILIZE=kind == "fused_exp", NUM_STAGES=1)
+    state, last_h = _walk_reference(kind, q, k, v, gate, steps)
     assert out.item() == pytest.approx(state.sum().item(), rel=1e-4)
-    if fused:
+    if last_h is not None:
         torch.testing.assert_close(h[0].double(), last_h, rtol=1e-4, atol=1e-5)
 
 

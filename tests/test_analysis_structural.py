@@ -333,6 +333,17 @@ def test_former_versions_ran_the_exp_fused_forward_at_8_warps(version, fused_war
     assert structural.modelled_tiling(problem, "xl_chunk", 64, former).num_warps == today.num_warps
 
 
+@pytest.mark.parametrize("tiling, fused_warps", [(None, 8), ("fused-w4", 4), ("fused-w8", 8)])
+def test_a_rows_own_tiling_replaces_its_versions_scoped_default(tiling, fused_warps):
+    """A v9 row that ran `fused-w4` ran 4 warps (the tiling on top of v9's defaults), although v9's former
+    default sets ``fused_chunk.num_warps`` = 8, which outranks a plain field in `structural`."""
+    from tflabench.analysis import model_check
+
+    problem = structural.Problem(8, 4096, 32, 64, 64, variant="exp")
+    fields = model_check.row_tiling("v9", "exp", tiling)
+    assert structural.modelled_tiling(problem, "fused_chunk", 64, fields).num_warps == fused_warps
+
+
 @pytest.mark.parametrize("version, tilings_text", [("v6", "as run"), ("v4", "today's defaults")])
 def test_model_check_models_the_kernels_version_of_the_run(tmp_path, version, tilings_text):
     run_dir = tmp_path / "run"
@@ -431,6 +442,23 @@ def test_a_walk_of_few_programs_takes_the_latency_of_its_steps(rates):
     assert rounds > 1 and latency.compute_s == pytest.approx(max(throughput.compute_s, rounds * 16 * step))
     blocks["walk"][0]["step_s"] = step / 100
     assert structural.launch_time(full, structural.Rates(blocks)).compute_s == throughput.compute_s
+    assert _launch(structural.Problem(1, 65536, 32, 64, 64, variant="exp"), "fused_chunk", 64,
+                   "fused forward").walk[0] == "fused_exp"
+
+
+def test_walks_whose_own_kernel_spilled_are_left_out(rates):
+    """A calibrated walk whose walk kernel spilled registers times its own spills: the nearest spill-free
+    walk of the kind stands in for it, and a kind with spilling walks only has no step."""
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["walk"] = [{"kind": "fused", "l": 64, "dqk": 64, "dv": 64, "num_warps": 4, "num_stages": 2,
+                       "step_s": 3e-6, "spill_bytes_per_thread": 0},
+                      {"kind": "fused", "l": 128, "dqk": 64, "dv": 64, "num_warps": 4, "num_stages": 2,
+                       "step_s": 13e-6, "spill_bytes_per_thread": 936},
+                      {"kind": "fused_exp", "l": 128, "dqk": 64, "dv": 64, "num_warps": 8, "num_stages": 2,
+                       "step_s": 9e-6, "spill_bytes_per_thread": 232}]
+    walking = structural.Rates(blocks)
+    assert walking.walk_step(("fused", 128, 64, 64), 4, 2) == 3e-6
+    assert walking.walk_step(("fused_exp", 128, 64, 64), 8, 2) == 0
 
 
 def test_independent_product_chains_count_as_programs_for_the_product_rate():

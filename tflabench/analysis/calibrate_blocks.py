@@ -15,8 +15,9 @@ the whole GPU busy (aggregate rates, all SMs):
   local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
 * ``walk``: seconds per step of one program per SM walking a sequence of tiles in order with a state
   carried from step to step, as the chunk-recurrent kernels do (the TFLA state recurrence; the fused
-  kernels' chunk walk): with nothing else on its SM, each step waits for the one before, so its latency,
-  not a throughput, is what such a launch takes when its programs do not fill the GPU;
+  kernels' chunk walk), with the kernels' own step code (`triton_fwd`'s recurrence step, `triton_fused`'s
+  gates, products and state update): with nothing else on its SM, each step waits for the one before, so
+  its latency, not a throughput, is what such a launch takes when its programs do not fill the GPU;
 * ``launch``: seconds per launch of a back-to-back burst of one-program launches, and seconds per program of
   an (almost) empty kernel with many programs;
 * ``device``: SM count, shared memory and registers per SM, L2 size (what occupancy is computed from).
@@ -37,6 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tflabench.kernels.mlstm import triton_fused, triton_fwd
+
 #: (M, N, K, num_warps) of the timed `tl.dot` tiles: the state update K^T V ([BK, BL] x [BL, BV]), the
 #: inter-chunk term Q C and the scores Q K^T ([BLQ, BK] x [BK, BV|BLKV]), the fused kernels' whole chunks
 DOT_SHAPES = (
@@ -48,8 +51,8 @@ DOT_SHAPES = (
 
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the timed walks: ``state``, the state recurrence's sub-chunk
 #: step on a [Dqk, Dv] state tile ([BL, BK] and [BL, BV] operand tiles; one stage as the reference runs it,
-#: two as ours); ``fused``, the fused forward's chunk step on a [Dqk, BV] state (4 warps: mLSTMsig's, 8:
-#: mLSTMexp's)
+#: two as ours); ``fused`` and ``fused_exp``, mLSTMsig's and mLSTMexp's fused forward chunk step on a
+#: [Dqk, BV] state (mLSTMsig runs 4 warps, mLSTMexp 4 at head dims and chunks <= 64, else 8)
 WALK_SHAPES = (
     ("state", 64, 64, 64, 4, 1), ("state", 128, 64, 64, 4, 1),
     ("state", 64, 64, 64, 4, 2), ("state", 128, 64, 64, 4, 2),
@@ -57,12 +60,17 @@ WALK_SHAPES = (
     ("fused", 64, 64, 64, 4, 2), ("fused", 128, 64, 64, 4, 2),
     ("fused", 64, 128, 64, 4, 2), ("fused", 128, 128, 64, 4, 2),
     ("fused", 64, 64, 64, 8, 2), ("fused", 128, 64, 64, 8, 2),
+    ("fused_exp", 64, 64, 64, 4, 2), ("fused_exp", 64, 64, 64, 8, 2), ("fused_exp", 128, 64, 64, 8, 2),
+    ("fused_exp", 64, 128, 64, 8, 2), ("fused_exp", 128, 128, 64, 8, 2),
 )
 
 
 @dataclass(frozen=True)
 class BlockSizes:
     """How big each microbenchmark is. dot_iters / pointwise_iters / walk_steps: loop trips per program;
+    walk_slots: the distinct tiles the walks cycle through (64: L2-resident; 0: programs x steps, each tile
+    read once from HBM, which moved the fused steps by <= 3 % at L = 64 and the state steps by +40 % on an
+    H100, results/h100/walk-slots/: the kernels' programs share tiles through L2);
     programs_per_sm:
     programs launched per SM (the grid); stream_bytes: bytes read or written per memory pattern;
     launch_programs: programs of the per-program-overhead launch; burst: launches per launch-overhead
@@ -74,6 +82,7 @@ class BlockSizes:
     dot_stages: int = 2
     walk_shapes: tuple[tuple[str, int, int, int, int, int], ...] = WALK_SHAPES
     walk_steps: int = 256
+    walk_slots: int = 64
     pointwise_tile: tuple[int, int] = (64, 64)
     pointwise_iters: int = 1024
     spill_tile: tuple[int, int] = (256, 256)  # fp32, 4 warps: 512 elements per thread, about half spilled
@@ -93,7 +102,8 @@ class BlockSizes:
     def tiny(cls) -> BlockSizes:
         """Smallest sizes that run every code path (float32, CPU tensors, Triton interpreter)."""
         return cls(dtype=torch.float32, dot_shapes=((16, 16, 16, 4), (16, 32, 16, 4)), dot_iters=2,
-                   dot_stages=1, walk_shapes=(("state", 16, 16, 32, 4, 1), ("fused", 16, 16, 32, 4, 1)),
+                   dot_stages=1, walk_shapes=(("state", 16, 16, 32, 4, 1), ("fused", 16, 16, 32, 4, 1),
+                                                ("fused_exp", 16, 16, 32, 4, 1)),
                    walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
                    spill_iters=2, programs_per_sm=1,
                    stream_bytes=2**14, token_shape=(2, 16), token_tile_rows=16, state_shape=(16, 32),
@@ -174,31 +184,63 @@ def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
 
 
 @triton.jit
-def _walk_kernel(q_ptr, k_ptr, v_ptr, h_ptr, out_ptr, STEPS, SLOTS, L: tl.constexpr, DQK: tl.constexpr,
-                 DV: tl.constexpr, FUSED: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """STEPS steps of one program in order, a [DQK, DV] fp32 state carried from each to the next; each step
-    loads k [L, DQK] and v [L, DV] (and q [L, DQK] when FUSED) from one of SLOTS tile slots (L2-resident)
-    and updates the state C <- d C + (w k)^T v (w: a gate weight per row, exp of a pointwise term). FUSED
-    adds the fused forward's chunk work before the update: gated causal scores S = (q k^T) * exp(.) [L, L],
-    h = q C + S v [L, DV], stored to h[pid]. Writes the state's sum to out[pid]."""
+def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L: tl.constexpr,
+                 DQK: tl.constexpr, DV: tl.constexpr, FUSED: tl.constexpr, STABILIZE: tl.constexpr,
+                 NUM_STAGES: tl.constexpr):
+    """STEPS steps of one program in order, with the kernels' own step code, a [DQK, DV] fp32 state carried
+    from each step to the next. Program p takes the tiles p * STEPS, p * STEPS + 1, ... (modulo SLOTS) of
+    q, k [SLOTS, L, DQK], v [SLOTS, L, DV] and gate [2, SLOTS * L] fp32: L2-resident for a few slots, each
+    tile read once from HBM with SLOTS >= programs * STEPS.
+
+    Without FUSED, the state recurrence's sub-chunk step (`triton_fwd.chunk_decay` and
+    `add_chunk_to_state`, mLSTMsig): gate[0] holds b, gate[1] ig. With FUSED, the fused forward's chunk step
+    (`triton_fused`): gate[0] and gate[1] hold the forget and input pre-activations, from which the step
+    forms b (a cumsum) and its decay; mLSTMsig's masked gates, or with STABILIZE mLSTMexp's lean gates,
+    running max and normalizer; h = (Qbar C + S V) [/ denom] stored to h[pid], then the state update.
+    Writes the state's sum to out[pid]."""
+    QK_SCALE: tl.constexpr = 0.125
     pid = tl.program_id(0)
     offs_l = tl.arange(0, L)
+    offs_k = tl.arange(0, DQK)
     offs_v = tl.arange(0, DV)
     state = tl.zeros([DQK, DV], dtype=tl.float32)
+    norm = tl.zeros([DQK], dtype=tl.float32)
+    m_state = 0.0
+    rows = SLOTS * L
     for step in tl.range(0, STEPS, num_stages=NUM_STAGES):
-        slot = (pid + step) % SLOTS
-        k = _slot_tile(k_ptr, slot, L, DQK)
-        v = _slot_tile(v_ptr, slot, L, DV)
+        slot = (pid * STEPS + step) % SLOTS
         if FUSED:
+            t = slot * L + offs_l
+            b, ig, decay = triton_fused._chunk_gates(gate_ptr + rows, gate_ptr, 0, 1, t, L, not STABILIZE)
             q = _slot_tile(q_ptr, slot, L, DQK)
-            scores = tl.dot(q, tl.trans(k))
-            gate = tl.exp(scores * 0.001 - (offs_l[:, None] - offs_l[None, :]).to(tl.float32) * 0.01)
-            scores = tl.where(offs_l[:, None] >= offs_l[None, :], scores * gate, 0.0)
-            h = tl.dot(q, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
+            k = _slot_tile(k_ptr, slot, L, DQK)
+            v = _slot_tile(v_ptr, slot, L, DV)
+            if STABILIZE:
+                gates = triton_fused._lean_gates(q, k, b, ig, m_state, offs_l, QK_SCALE, True)
+            else:
+                gates = triton_fused._masked_gates(q, k, b, ig, m_state, offs_l, QK_SCALE, False)
+            m_comb, q_gate, scores = gates
+            q_gated = (q.to(tl.float32) * q_gate[:, None]).to(q.dtype)
+            h = tl.dot(q_gated, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
+            if STABILIZE:
+                n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
+                h = h / (tl.maximum(tl.abs(n_acc), tl.exp(-m_comb)) + 1e-6)[:, None]
+                m_next = tl.maximum(decay + m_state, tl.max(decay - b + ig, 0))
+            else:
+                m_next = 0.0
             tl.store(h_ptr + pid * L * DV + offs_l[:, None] * DV + offs_v[None, :], h)
-        weight = tl.exp(offs_l.to(tl.float32) * -0.01 + step * 1e-6)
-        k_gated = (k.to(tl.float32) * weight[:, None]).to(k.dtype)
-        state = state * 0.999 + tl.dot(tl.trans(k_gated), v)
+            state_scale, weight = triton_fused._state_step(decay, b, ig, m_state, m_next, STABILIZE)
+            k_weighted = k.to(tl.float32) * weight[:, None]
+            state = state * state_scale + tl.dot(tl.trans(k_weighted.to(v.dtype)), v)
+            if STABILIZE:
+                norm = norm * state_scale + tl.sum(k_weighted, 0)
+            m_state = m_next
+        else:
+            decay, state_scale, _ = triton_fwd.chunk_decay(gate_ptr, gate_ptr, 0, rows, SLOTS, slot, 0.0, L,
+                                                           False)
+            state, _ = triton_fwd.add_chunk_to_state(
+                state * state_scale, norm, k_ptr, v_ptr, gate_ptr, gate_ptr + rows, 0, rows, slot, decay, 0.0,
+                offs_k, offs_v, DQK, DV, L, L, False, False)
     tl.store(out_ptr + pid, tl.sum(tl.sum(state, 1), 0))
 
 
@@ -298,23 +340,45 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
 
 def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
     """Seconds per step (``step_s``) of `_walk_kernel` per (kind, L, Dqk, Dv, num_warps, num_stages) of
-    `sizes.walk_shapes`, one program per SM (the SMs' programs run side by side and do not meet)."""
-    slots = 64 if sizes.device == "cuda" else 2
+    `sizes.walk_shapes`, one program per SM (the SMs' programs run side by side and do not meet), cycling
+    through `sizes.walk_slots` tiles (on the CPU two), and the walk kernel's own register spills
+    (``spill_bytes_per_thread``; a spilling walk times its spills, not the step's latency alone). Kinds:
+    ``state`` (the state recurrence), ``fused`` (mLSTMsig's fused forward), ``fused_exp`` (mLSTMexp's)."""
     programs = _grid_programs(sizes, limits)[1]
+    if sizes.device != "cuda":
+        slots = 2
+    else:
+        slots = sizes.walk_slots or programs * sizes.walk_steps
     results = []
     for kind, chunk, dqk, dv, warps, stages in sizes.walk_shapes:
         q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
         v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
+        gate = _walk_gates(kind, slots, chunk, sizes.device)
         h = torch.empty(programs, chunk, dv, device=sizes.device)
         out = torch.empty(programs, device=sizes.device)
 
-        def launch(q=q, k=k, v=v, h=h, out=out, kind=kind, chunk=chunk, dqk=dqk, dv=dv, warps=warps,
-                   stages=stages):
-            _walk_kernel[(programs,)](q, k, v, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk, DV=dv,
-                                      FUSED=kind == "fused", NUM_STAGES=stages, num_warps=warps)
+        def launch(q=q, k=k, v=v, gate=gate, h=h, out=out, kind=kind, chunk=chunk, dqk=dqk, dv=dv,
+                   warps=warps, stages=stages):
+            return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
+                                             DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
+                                             NUM_STAGES=stages, num_warps=warps)
+        spill_bytes = 4 * (getattr(launch(), "n_spills", 0) or 0)  # Triton reports 32-bit words
         results.append({"kind": kind, "l": chunk, "dqk": dqk, "dv": dv, "num_warps": warps,
-                        "num_stages": stages, "step_s": timer(launch) / sizes.walk_steps})
+                        "num_stages": stages, "step_s": timer(launch) / sizes.walk_steps,
+                        "spill_bytes_per_thread": spill_bytes})
+        del q, k, v, gate
     return results
+
+
+def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:
+    """The [2, slots * chunk] fp32 gates of a walk: for ``state``, b (the within-chunk cumsum of log
+    forget gates) and ig; for the fused kinds, forget pre-activations near +3 and input pre-activations."""
+    pre = torch.randn(2, slots, chunk, device=device)
+    pre[0] += 3
+    if kind == "state":
+        pre[0] = torch.nn.functional.logsigmoid(pre[0]).cumsum(-1)
+        pre[1] = torch.nn.functional.logsigmoid(pre[1])
+    return pre.reshape(2, slots * chunk)
 
 
 def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:

@@ -115,10 +115,16 @@ def modelled_tilings(run: Run) -> str:
 
 
 def row_tiling(version: str | None, variant: str, tiling: str | None) -> dict | None:
-    """The tiling overrides of a row: its kernels version's former defaults, then its own tiling."""
+    """The tiling overrides of a row: its kernels version's former defaults, then its own tiling, which
+    replaces a former default of the same field also where that one is scoped to an algorithm
+    (``ALGORITHM.FIELD``, which `structural` otherwise lets win): the row ran its tiling on top of that
+    version's defaults."""
     from tflabench.kernels.mlstm import tilings
 
-    fields = {**(tilings.former_default(version, variant) or {}), **structural.tiling_fields(tiling)}
+    own = structural.tiling_fields(tiling)
+    former = {name: value for name, value in (tilings.former_default(version, variant) or {}).items()
+              if name.rpartition(".")[2] not in own}
+    fields = {**former, **own}
     return fields or None
 
 

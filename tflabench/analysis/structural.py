@@ -199,9 +199,12 @@ class Rates:
     def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
         """Seconds per step of one program walking the chunks in order: the calibrated walk of the same
         kind nearest in log2 (L, Dqk, Dv), a warp count or stage count that differs counting as one doubling;
-        0 when the calibration times no walk of that kind."""
+        0 when the calibration times no walk of that kind. Walks whose own kernel spilled registers are left
+        out: they time their own spills, which are not the launch's (its spills come from its compiled
+        resources, `spilled_bytes`)."""
         kind, *shape = walk
-        measured = [item for item in self.blocks.get("walk", []) if item["kind"] == kind]
+        measured = [item for item in self.blocks.get("walk", [])
+                    if item["kind"] == kind and not item.get("spill_bytes_per_thread")]
         if not measured:
             return 0.0
 
@@ -431,14 +434,19 @@ def _gate_launch(problem: Problem, chunk: int, block: int) -> Launch:
     return launch
 
 
-def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int) -> Launch:
-    """`chunk_states_kernel` (k, v in; states out) or `chunk_state_grads_kernel` (q, dh in): grid
-    (Dqk/BK, Dv/BV, B*H), each program walking T in sub-chunks of BL with a [BK, BV] fp32 state tile."""
+#: the Triton kernels of the state recurrence (k, v in; states out) and of the state-gradient one (q, dh in)
+STATES_KERNEL, STATE_GRADS_KERNEL = "chunk_states_kernel", "chunk_state_grads_kernel"
+
+
+def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int,
+                       kernel: str = STATES_KERNEL) -> Launch:
+    """`kernel`, a state recurrence (`STATES_KERNEL` or `STATE_GRADS_KERNEL`; the same loads and products):
+    grid (Dqk/BK, Dv/BV, B*H), each program walking T in sub-chunks of BL with a [BK, BV] fp32 state tile
+    and storing one state per chunk (state_bytes per element)."""
     p, e = problem, problem.element_bytes
     bk, bv, bl = tiling.state_block_qk, tiling.state_block_v, tiling.block_state
     steps = p.seq_len // bl
     programs = (p.head_dim_qk // bk) * (p.head_dim_v // bv) * p.rows
-    kernel = "chunk_states_kernel" if name.startswith("states") else "chunk_state_grads_kernel"
     launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
                     (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv))
     launch.dot(bk, bv, bl, steps)
@@ -457,10 +465,9 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
     state applied to its chunk's dh [BL, Dv] sub-chunks instead of stored: dQ's inter-chunk part out, in
     the layout of q."""
     p, e = problem, problem.element_bytes
-    launch = _recurrence_launch("states + dQ (inter)", problem, tiling, 0)
+    launch = _recurrence_launch("states + dQ (inter)", problem, tiling, 0, kernel="chunk_states_dq_kernel")
     bk, bv, bl = tiling.state_block_qk, tiling.state_block_v, tiling.block_state
     steps = p.seq_len // bl
-    launch.kernel = "chunk_states_dq_kernel"
     launch.stage_bytes += bl * bv * e
     launch.dot(bl, bk, bv, steps)
     launch.fma += steps * bl * bk
@@ -604,7 +611,8 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     programs = (p.head_dim_v // bv) * p.rows
     launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
                     dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e,
-                    kernel="fused_forward_kernel", loop_trips=chunks, walk=("fused", chunk, dqk, bv))
+                    kernel="fused_forward_kernel", loop_trips=chunks,
+                    walk=("fused_exp" if p.variant == "exp" else "fused", chunk, dqk, bv))
     launch.dot(chunk, chunk, dqk, chunks)
     launch.dot(chunk, bv, dqk, chunks)
     launch.dot(chunk, bv, chunk, chunks)
@@ -624,7 +632,7 @@ def _tfla_backward(problem: Problem, tiling, state_bytes: int) -> list[Launch]:
     `Tiling.uses_fused_dq`, the recurrence gives dQ's inter-chunk part and the dK/dV kernel the rest."""
     dims = problem.head_dim_qk, problem.head_dim_v
     gate = _gate_launch(problem, tiling.chunk, tiling.block_state)
-    state_gradients = _recurrence_launch("state gradients", problem, tiling, state_bytes)
+    state_gradients = _recurrence_launch("state gradients", problem, tiling, state_bytes, STATE_GRADS_KERNEL)
     if tiling.uses_fused_dq(*dims):
         return [gate, _states_dq_launch(problem, tiling), state_gradients,
                 _dkdv_launch(problem, tiling, state_bytes, with_dq=True), *_gate_gradient_launches(problem)]
@@ -711,7 +719,7 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
         launch_list += [
             _gate_launch(problem, chunk, tiling.block_state),
             _recurrence_launch("states (recomputed)", problem, tiling, 4),
-            _recurrence_launch("state gradients", problem, tiling, 4),
+            _recurrence_launch("state gradients", problem, tiling, 4, STATE_GRADS_KERNEL),
             _gradient_launch("dV", problem, tiling, 4),
             _gradient_launch("dK", problem, gradient_tiling, 4),
             _gradient_launch("dQ", problem, gradient_tiling, 4),

@@ -220,6 +220,12 @@ def _gate_cumsums(i, f, tiling: Tiling, sig: bool, prefix_max: bool = False):
     return log_f_cumsum, log_i, gate_max, chunk_max
 
 
+def _initial_or_placeholder(initial, placeholder: torch.Tensor) -> tuple:
+    """(C_0, n_0, m_0), or ``placeholder`` in their place when there is no initial state (the kernels, run
+    with HAS_INITIAL false, never read it)."""
+    return initial if initial is not None else (placeholder,) * 3
+
+
 def _chunk_states(k, v, log_f_cumsum, log_i, chunk_max, initial, tiling: Tiling, track_n: bool,
                   state_dtype: torch.dtype):
     """Launch the state recurrence (stabilized, mLSTMexp, when chunk_max is given). Returns states, norms,
@@ -233,7 +239,7 @@ def _chunk_states(k, v, log_f_cumsum, log_i, chunk_max, initial, tiling: Tiling,
     n_last = torch.zeros(B * H, DQK, device=device, dtype=torch.float32)
     norms = torch.empty(B * H, NC, DQK, device=device, dtype=torch.float32) if track_n else c_last
     maxes = torch.zeros(B * H, NC + 1, device=device, dtype=torch.float32)
-    c0, n0, m0 = initial if initial is not None else (c_last, c_last, c_last)
+    c0, n0, m0 = _initial_or_placeholder(initial, c_last)
     grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
     triton_fwd.chunk_states_kernel[grid](
         k, v, log_f_cumsum, log_i, log_i if chunk_max is None else chunk_max, c0, n0, m0,
@@ -357,7 +363,7 @@ def _states_dq(k, v, dh, fwd: _Forward, initial, dq, tiling: Tiling, qk_scale: f
     B, T, H, DQK = k.shape
     DV = v.shape[-1]
     stabilize = fwd.chunk_max is not None
-    c0, _, m0 = initial if initial is not None else (dq, None, dq)
+    c0, _, m0 = _initial_or_placeholder(initial, dq)
     triton_bwd.chunk_states_dq_kernel[(DQK // tiling.state_block_qk, B * H)](
         k, v, dh, fwd.log_f_cumsum, fwd.log_i, fwd.chunk_max if stabilize else fwd.log_i, fwd.maxes,
         fwd.m_comb, fwd.denom, c0, m0, dq,
