@@ -7,7 +7,10 @@ their warm-up; the model's launches (`structural.launches`, timed with the GPU's
 Triton kernel they run. Kernels of torch operations (the gate gradients, casts) are one row, "torch ops".
 
     python scripts/launch_times.py --gpu h100 --batch 8 --seq-len 8192 --heads 16 --head-dim-qk 128 \\
-        --head-dim-v 256 --variant sig --mode fwdbw --chunk-sizes 128,256 [--json FILE]
+        --head-dim-v 256 --variant sig --mode fwdbw --chunk-sizes 128,256 [--algorithm reference] [--json FILE]
+
+``--algorithm reference`` times mlstm_kernels' mLSTMsig xl_chunk instead (through the harness's adapter,
+head-first views), beside the model of the reference's launches.
 
 Inputs: bf16 randn, forget-gate pre-activations shifted by +3 (`profile_forward.make_inputs`).
 """
@@ -91,18 +94,48 @@ def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], tup
     return call
 
 
+def _reference_call(inputs, chunk: int, mode: str) -> Callable[[], tuple | None]:
+    """The same for mlstm_kernels' mLSTMsig xl_chunk (the reference), through the harness's adapter: its
+    head-first layout, no normalizer."""
+    import torch
+
+    from tflabench.bench.adapters import mlstm_kernels
+    from tflabench.bench.adapters._common import tokens_first
+
+    kernel = mlstm_kernels._entry("mlstm_sig.xl_chunk")
+
+    def forward():
+        q, k, v, i, f = (tokens_first(x) for x in inputs)
+        return kernel(q=q, k=k, v=v, i=i, f=f, chunk_size=chunk, normalize=False)
+
+    if mode == "fwd":
+        def call():
+            with torch.no_grad():
+                forward()
+        return call
+    grad = tokens_first(torch.randn_like(inputs[2]))
+
+    def call():
+        return torch.autograd.grad(forward(), inputs, grad)
+    return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", required=True, help="GPU key of the calibration (tflabench gpus)")
     for name in ("batch", "seq-len", "heads", "head-dim-qk", "head-dim-v"):
         parser.add_argument(f"--{name}", type=int, required=True)
     parser.add_argument("--variant", choices=("sig", "exp"), default="sig")
+    parser.add_argument("--algorithm", choices=("xl_chunk", "reference"), default="xl_chunk",
+                        help="ours, or mlstm_kernels' mLSTMsig xl_chunk (sig only)")
     parser.add_argument("--mode", choices=("fwd", "fwdbw"), default="fwdbw")
     parser.add_argument("--chunk-sizes", default="128,256", help="comma list")
     parser.add_argument("--warmup", type=int, default=3, help="unprofiled calls first (the first compiles)")
     parser.add_argument("--calls", type=int, default=5, help="profiled calls")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
+    if args.algorithm == "reference" and args.variant != "sig":
+        parser.error("the reference is mLSTMsig only (--variant sig)")
 
     from profile_forward import make_inputs
 
@@ -115,13 +148,16 @@ def main() -> None:
         inputs = tuple(x.requires_grad_() for x in inputs)
     report = []
     for chunk in (int(size) for size in args.chunk_sizes.split(",")):
-        call = _mlstm_call(inputs, args.variant, chunk, args.mode)
+        if args.algorithm == "reference":
+            call = _reference_call(inputs, chunk, args.mode)
+        else:
+            call = _mlstm_call(inputs, args.variant, chunk, args.mode)
         for _ in range(args.warmup):
             call()
-        rows = compare(measure_kernel_us(call, args.calls), predicted_kernel_us(problem, "xl_chunk", chunk,
-                                                                                 rates))
+        predicted = predicted_kernel_us(problem, args.algorithm, chunk, rates)
+        rows = compare(measure_kernel_us(call, args.calls), predicted)
         report.append({"chunk_size": chunk, "rows": rows})
-        print(f"L = {chunk}: {args.variant} {args.mode} {shape}, calibration {args.gpu}")
+        print(f"L = {chunk}: {args.algorithm} {args.variant} {args.mode} {shape}, calibration {args.gpu}")
         for row in rows:
             cells = [f"{row[key]:10.1f}" if row[key] is not None else f"{'-':>10}"
                      for key in ("measured_us", "predicted_us")]
@@ -129,7 +165,8 @@ def main() -> None:
             print(f"  {row['kernel']:28s}{cells[0]}{cells[1]}  {'-' if ratio is None else f'{ratio:.2f}'}")
     if args.json:
         with open(args.json, "w") as file:
-            json.dump({"problem": shape | {"variant": args.variant, "mode": args.mode}, "gpu": args.gpu,
+            json.dump({"problem": shape | {"variant": args.variant, "mode": args.mode},
+                       "algorithm": args.algorithm, "gpu": args.gpu,
                        "chunks": report}, file, indent=2)
 
 
