@@ -7,10 +7,11 @@ their warm-up; the model's launches (`structural.launches`, timed with the GPU's
 Triton kernel they run. Kernels of torch operations (the gate gradients, casts) are one row, "torch ops".
 
     python scripts/launch_times.py --gpu h100 --batch 8 --seq-len 8192 --heads 16 --head-dim-qk 128 \\
-        --head-dim-v 256 --variant sig --mode fwdbw --chunk-sizes 128,256 [--algorithm reference] [--json FILE]
+        --head-dim-v 256 --variant sig --mode fwdbw --chunk-sizes 128,256 [--algorithm reference] \\
+        [--json FILE]
 
-``--algorithm reference`` times mlstm_kernels' mLSTMsig xl_chunk instead (through the harness's adapter,
-head-first views), beside the model of the reference's launches.
+``--algorithm reference`` times mlstm_kernels' mLSTMsig xl_chunk instead (on contiguous head-first copies, as
+the harness calls it), beside the model of the reference's launches.
 
 Inputs: bf16 randn, forget-gate pre-activations shifted by +3 (`profile_forward.make_inputs`).
 """
@@ -95,17 +96,18 @@ def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], tup
 
 
 def _reference_call(inputs, chunk: int, mode: str) -> Callable[[], tuple | None]:
-    """The same for mlstm_kernels' mLSTMsig xl_chunk (the reference), through the harness's adapter: its
-    head-first layout, no normalizer."""
+    """The same for mlstm_kernels' mLSTMsig xl_chunk (the reference), no normalizer, on contiguous
+    head-first copies of the inputs made before the timed calls (as the harness's adapter makes them)."""
     import torch
 
     from tflabench.bench.adapters import mlstm_kernels
     from tflabench.bench.adapters._common import tokens_first
 
     kernel = mlstm_kernels._entry("mlstm_sig.xl_chunk")
+    head_first = tuple(tokens_first(x).detach().contiguous().requires_grad_(mode == "fwdbw") for x in inputs)
 
     def forward():
-        q, k, v, i, f = (tokens_first(x) for x in inputs)
+        q, k, v, i, f = head_first
         return kernel(q=q, k=k, v=v, i=i, f=f, chunk_size=chunk, normalize=False)
 
     if mode == "fwd":
@@ -113,10 +115,10 @@ def _reference_call(inputs, chunk: int, mode: str) -> Callable[[], tuple | None]
             with torch.no_grad():
                 forward()
         return call
-    grad = tokens_first(torch.randn_like(inputs[2]))
+    grad = torch.randn_like(head_first[2])
 
     def call():
-        return torch.autograd.grad(forward(), inputs, grad)
+        return torch.autograd.grad(forward(), head_first, grad)
     return call
 
 
