@@ -474,3 +474,14 @@ def test_independent_product_chains_count_as_programs_for_the_product_rate():
     others = [item for item in structural.launches(small, "xl_chunk", 128) if item.name != "dK+dV"]
     assert others and all(item.chains == 1 for item in others)
 
+
+
+def test_the_reference_covers_head_dims_its_blocks_do_not_divide():
+    """At 96/96 the reference's launchers cover the head dims with masked power-of-two blocks (cdiv: two
+    blocks of 64, one value block of 128), and the model counts those programs (no empty launch)."""
+    problem = structural.Problem(16, 4096, 24, 96, 96, mode="fwdbw")
+    by_name = {launch.name: launch for launch in structural.launches(problem, "reference", 128)}
+    assert by_name["states"].programs == 2 * 2 * 16 * 24
+    assert by_name["output"].programs == 1 * 2 * (4096 // 128) * 16 * 24
+    rates = structural.load_rates("h100-sxm")
+    assert structural.predict(problem, "reference", 128, rates).seconds > 0

@@ -69,7 +69,9 @@ READ_IN_FLIGHT_BYTES = 64 * 128 * 2
 
 @dataclass(frozen=True)
 class Problem:
-    """One call: q, k [B, T, H, Dqk], v [B, T, H, Dv], element_bytes of the inputs (2: bf16)."""
+    """One call: q, k [B, T, H, Dqk], v [B, T, H, Dv], element_bytes of the inputs (2: bf16). The shape
+    fields are those of `kernels.mlstm.choice.Shape`, repeated rather than inherited: importing the kernels
+    package imports Triton, which this module leaves to the functions that need the kernels' tilings."""
 
     batch: int
     seq_len: int
@@ -446,7 +448,7 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int,
     p, e = problem, problem.element_bytes
     bk, bv, bl = tiling.state_block_qk, tiling.state_block_v, tiling.block_state
     steps = p.seq_len // bl
-    programs = (p.head_dim_qk // bk) * (p.head_dim_v // bv) * p.rows
+    programs = _blocks(p.head_dim_qk, bk) * _blocks(p.head_dim_v, bv) * p.rows
     launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
                     (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv))
     launch.dot(bk, bv, bl, steps)
@@ -478,6 +480,12 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
     return launch
 
 
+def _blocks(dim: int, block: int) -> int:
+    """Programs (or loop trips) over a head dim in blocks: the launchers' cdiv. Our tilings' blocks divide
+    the head dims; the reference's (powers of two) need not, and cover the rest with masked tiles."""
+    return -(-dim // block)
+
+
 def _mean_causal_tiles(chunk: int, outer_block: int, inner_block: int) -> float:
     """Mean number of inner tiles up to (or from) the diagonal over the outer tiles of a chunk."""
     outer_tiles = chunk // outer_block
@@ -491,8 +499,9 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     the last block loaded."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
-    qk_blocks = p.head_dim_qk // t.block_qk
-    programs = (p.head_dim_v // t.out_block_v) * (t.chunk // (t.block_q * t.out_q_tiles)) * chunks * p.rows
+    qk_blocks = _blocks(p.head_dim_qk, t.block_qk)
+    query_groups = t.chunk // (t.block_q * t.out_q_tiles)
+    programs = _blocks(p.head_dim_v, t.out_block_v) * query_groups * chunks * p.rows
     kv_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.out_block_kv) * t.out_q_tiles
     launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
                     (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
@@ -533,8 +542,8 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
             out_block, out_dim, loop_block, loop_dim = t.block_qk, p.head_dim_qk, t.block_v, p.head_dim_v
         else:
             out_block, out_dim, loop_block, loop_dim = t.dv_block_v, p.head_dim_v, t.block_qk, p.head_dim_qk
-    loop_blocks = loop_dim // loop_block
-    programs = (out_dim // out_block) * (t.chunk // rows) * chunks * p.rows
+    loop_blocks = _blocks(loop_dim, loop_block)
+    programs = _blocks(out_dim, out_block) * (t.chunk // rows) * chunks * p.rows
     launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
                     kernel=f"chunk_{name.lower()}_kernel")
@@ -547,8 +556,8 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
                        + loop_blocks * (rows * loop_block * e + out_block * loop_block * state_bytes))
     launch.hbm_bytes = (p.rows * p.seq_len * (2 * p.head_dim_qk + 2 * p.head_dim_v) * e
                         + p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes)
-    launch.store_bytes = p.rows * p.seq_len * out_dim * e + (p.rows * p.seq_len * 4 * out_dim // out_block
-                                                              if name != "dV" else 0)
+    partial_sums = p.rows * p.seq_len * 4 * _blocks(out_dim, out_block) if name != "dV" else 0
+    launch.store_bytes = p.rows * p.seq_len * out_dim * e + partial_sums
     return launch
 
 
