@@ -206,7 +206,8 @@ def test_the_shipped_table_matches_todays_tilings():
         head_dim_qk, head_dim_v = map(int, dims.split("x"))
         problem = structural.Problem(1, 4096, 1, head_dim_qk, head_dim_v, variant=variant)
         version, tiling = (source + [None, None])[:2]
-        fields = model_check.row_tiling(version, variant, tiling) if source else None
+        dims = (head_dim_qk, head_dim_v)
+        fields = model_check.row_tiling(version, variant, tiling, dims) if source else None
         assert structural.compiled_kernels(problem, algorithm, int(chunk[1:]), fields) is not None, key
 
 
@@ -320,7 +321,7 @@ def test_former_defaults_give_the_kernels_of_their_version():
     assert v6["lean_gate"] is False and "lean_gate" not in tilings.former_default("v6", "sig")
 
 
-@pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8)])
+@pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8), ("v11", 4)])
 def test_former_versions_ran_the_exp_fused_forward_at_8_warps(version, fused_warps):
     """An ``ALGORITHM.FIELD`` override sets that algorithm's tiling only: v9's mLSTMexp fused forward at
     32 x 64/64, L = 64, ran 8 warps (today 4), its TFLA kernels the default warps of today."""
@@ -485,3 +486,16 @@ def test_the_reference_covers_head_dims_its_blocks_do_not_divide():
     assert by_name["output"].programs == 1 * 2 * (4096 // 128) * 16 * 24
     rates = structural.load_rates("h100-sxm")
     assert structural.predict(problem, "reference", 128, rates).seconds > 0
+
+
+@pytest.mark.parametrize("version, dims, fused_warps", [
+    (None, (64, 128), 4), ("v11", (64, 128), 8), ("v10", (64, 128), 8), ("v11", (64, 64), 4),
+    ("v11", (128, 256), 8), ("v9", (64, 64), 8)])
+def test_the_exp_fused_forward_warps_of_each_version_at_each_head_dim(version, dims, fused_warps):
+    """v12 runs mLSTMexp's fused forward at 4 warps where Dqk <= 64 (L = 64); v10 and v11 did only where
+    both head dims were <= 64: their former default at Dqk <= 64 < Dv brings back 8 warps, and only there."""
+    from tflabench.analysis import model_check
+
+    problem = structural.Problem(8, 4096, 16, *dims, variant="exp")
+    fields = model_check.row_tiling(version, "exp", None, dims)
+    assert structural.modelled_tiling(problem, "fused_chunk", 64, fields).num_warps == fused_warps

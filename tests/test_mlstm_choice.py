@@ -24,10 +24,11 @@ def test_rule_takes_fused_chunk_when_its_programs_fill_the_gpu():
 
 
 def test_rule_takes_the_fused_forward_of_mlstmexp_at_small_head_dims_only():
-    """mLSTMexp: at head dims 64 the rule of mLSTMsig (its fused forward at 4 warps beat TFLA there); above,
-    never (its fused forward lost every measured group), however full the GPU."""
-    small = choose(Shape(8, 4096, 32, 64, 64), variant="exp", sm_count=H100_SMS)
-    assert (small.algorithm, small.chunk_size) == ("fused_chunk", choice.FUSED_CHUNK_DEFAULT)
+    """mLSTMexp: at Dqk 64 the rule of mLSTMsig (its fused forward at 4 warps beat TFLA at 64/64 and 64/128);
+    above, never (its fused forward lost every measured group), however full the GPU."""
+    for shape in (Shape(8, 4096, 32, 64, 64), Shape(16, 4096, 16, 64, 128)):
+        small = choose(shape, variant="exp", sm_count=H100_SMS)
+        assert (small.algorithm, small.chunk_size) == ("fused_chunk", choice.FUSED_CHUNK_DEFAULT)
     picked = choose(Shape(64, 1024, 32, 128, 128), variant="exp", sm_count=H100_SMS)
     assert (picked.algorithm, picked.chunk_size) == ("xl_chunk", choice.XL_CHUNK_DEFAULT)
     assert "mLSTMexp fused forward lost" in picked.reason

@@ -114,16 +114,17 @@ def modelled_tilings(run: Run) -> str:
     return f"today's defaults ({tilings.KERNELS_VERSION}; the run's kernels {version} are not reproduced)"
 
 
-def row_tiling(version: str | None, variant: str, tiling: str | None) -> dict | None:
+def row_tiling(version: str | None, variant: str, tiling: str | None,
+               head_dims: tuple[int, int] | None = None) -> dict | None:
     """The tiling overrides of a row: its kernels version's former defaults, then its own tiling, which
     replaces a former default of the same field also where that one is scoped to an algorithm
     (``ALGORITHM.FIELD``, which `structural` otherwise lets win): the row ran its tiling on top of that
-    version's defaults."""
+    version's defaults at its head_dims (Dqk, Dv)."""
     from tflabench.kernels.mlstm import tilings
 
     own = structural.tiling_fields(tiling)
-    former = {name: value for name, value in (tilings.former_default(version, variant) or {}).items()
-              if name.rpartition(".")[2] not in own}
+    defaults = tilings.former_default(version, variant, head_dims) or {}
+    former = {name: value for name, value in defaults.items() if name.rpartition(".")[2] not in own}
     fields = {**former, **own}
     return fields or None
 
@@ -161,7 +162,8 @@ def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
                                      mode=str(row["mode"]), element_bytes=element_bytes)
         tiling = params.get("tiling") if isinstance(params.get("tiling"), str) else None
         try:
-            fields = row_tiling(version, variant, tiling) if algorithm != "reference" else None
+            fields = (row_tiling(version, variant, tiling, (problem.head_dim_qk, problem.head_dim_v))
+                      if algorithm != "reference" else None)
             predicted = structural.predict(problem, algorithm, chunk, rates, fields)
         except InputError:
             continue

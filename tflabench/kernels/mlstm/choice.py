@@ -31,8 +31,9 @@ FUSED_PROGRAMS_PER_SM = 1.5
 #: the fused forward keeps a [Dqk, value block] state tile on chip: up to this padded Dqk (at Dqk 256 its
 #: value blocks shrink to 32 columns and it ran 1.8x slower than TFLA with 7.8 programs per SM)
 FUSED_MAX_HEAD_DIM_QK = 128
-#: mLSTMexp's fused forward: only up to this head dim (Dqk and Dv), where it runs 4 warps and two programs per
-#: SM (v10): at 32 x 64/64, L = 64 it beats its TFLA forward (0.68-0.70 vs 0.88 ms, results/perf-log.md v10);
+#: mLSTMexp's fused forward: only up to this query/key head dim, where it runs 4 warps and two programs per
+#: SM (v10 at head dims <= 64, v12 at Dqk <= 64): at 32 x 64/64, L = 64 it beats its TFLA forward (0.68-0.70
+#: vs 0.88 ms, results/perf-log.md v10), at 16 x 64/128, T = 4096 too (0.551 vs 0.648 ms, H100, v12);
 #: above, at 8 warps, it lost every group of the tfla-grid runs (4-17x slower; it spills registers)
 EXP_FUSED_MAX_HEAD_DIM = 64
 #: SMs assumed when the device is not a CUDA GPU (an H100 SXM)
@@ -137,10 +138,10 @@ def _chunk_sizes(seq_len: int) -> list[int]:
 def _rule(shape: Shape, variant: str, sm_count: int, algorithm: str, chunk_size: int | None,
           chunk_sizes: list[int]) -> Choice:
     """The choice for a shape or GPU the table has not measured."""
-    large_exp = variant == "exp" and max(shape.head_dim_qk, shape.head_dim_v) > EXP_FUSED_MAX_HEAD_DIM
+    large_exp = variant == "exp" and shape.head_dim_qk > EXP_FUSED_MAX_HEAD_DIM
     if algorithm == "auto" and large_exp:
         algorithm = "xl_chunk"
-        reason = (f"rule: above head dim {EXP_FUSED_MAX_HEAD_DIM} the mLSTMexp fused forward lost to TFLA in "
+        reason = (f"rule: above Dqk {EXP_FUSED_MAX_HEAD_DIM} the mLSTMexp fused forward lost to TFLA in "
                   "every group of the tfla-grid runs (4-17x slower on H100 and H200)")
     elif algorithm == "auto":
         programs = fused_programs(shape)

@@ -29,8 +29,14 @@ from tflabench.kernels.mlstm.launch import (
 
 #: the backward passes a fused-chunk forward can be followed by (`FusedTiling.backward`)
 BACKWARDS = ("tfla", "fused")
-#: warps of mLSTMexp's fused forward beyond head dims and chunks of 64 (`FusedTiling.default`)
+#: warps of mLSTMexp's fused forward beyond a query/key head dim and chunk of 64 (`FusedTiling.default`)
 EXP_FORWARD_WARPS = 8
+
+
+def exp_forward_four_warps(chunk: int, head_dim_qk: int) -> bool:
+    """Whether mLSTMexp's fused forward runs 4 warps instead of `EXP_FORWARD_WARPS` (`FusedTiling.default`):
+    at chunks and query/key head dims of at most 64."""
+    return chunk <= 64 and head_dim_qk <= 64
 
 
 @dataclass(frozen=True)
@@ -73,14 +79,16 @@ class FusedTiling:
         results/perf-log.md (v6) has the timings. At head dims <= 64 and L <= 64 it runs 4 warps: 252-255
         registers and no spill traffic in the loop either way, but two programs fit an SM instead of one,
         and the forward takes 0.68-0.70 ms instead of 1.39-1.42 ms at 32 x 64/64, L = 64 (H100,
-        results/h100/ab-exp-fused-warps; at L = 128, 4 warps take 3.2 ms against 1.1). Its gates are the
+        results/h100/ab-exp-fused-warps; at L = 128, 4 warps take 3.2 ms against 1.1). Where only Dqk is
+        <= 64 (state tiles of 64 x 128) it runs 4 warps as well: 264 bytes of stack per thread against 176,
+        but two programs per SM, 0.947 -> 0.551 ms forward at 16 x 64/128, T = 4096, and 1.82 -> 1.73 ms at
+        T = 16384 (H100, results/h100/ab-exp-fused-wide-values). Its gates are the
         lean ones: 26-28 % faster at 32 x 64/64 and 44-46 % at 16 x 128/256 (L = 64, T = 2k and 8k,
         forward, H100: results/h100/ab-exp-fused-lean-gate).
         """
         value_block, qk_block = fused_state_blocks(head_dim_qk, head_dim_v)
         exp = variant == "exp"
-        small = chunk <= 64 and max(head_dim_qk, head_dim_v) <= 64
-        warps = EXP_FORWARD_WARPS if exp and not small else 4
+        warps = EXP_FORWARD_WARPS if exp and not exp_forward_four_warps(chunk, head_dim_qk) else 4
         return cls(chunk=chunk, block_v=value_block, num_warps=warps, dq_block_qk=qk_block,
                    dk_block_qk=qk_block, dv_block_v=value_block, lean_gate=exp)
 

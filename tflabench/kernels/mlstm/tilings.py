@@ -20,7 +20,7 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v11"
+KERNELS_VERSION = "v12"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
@@ -30,7 +30,9 @@ KERNELS_VERSION = "v11"
 #: sub-chunk, and mLSTMexp's took a row max and a column sum per sub-chunk; a model of it takes v9's);
 #: v9 (7722eba): mLSTMexp's fused forward at 8 warps on every shape. Every version before v10 ran mLSTMexp's
 #: fused forward at 8 warps; every version before v11 (v10: d9df0bc) computed dQ in its own kernel from
-#: stored recomputed states.
+#: stored recomputed states; every version before v12 (v11: ab6b5ee) ran mLSTMexp's fused forward at 8
+#: warps where its query/key head dim is at most 64 but its value head dim is not (the ``exp_wide_values``
+#: entries, applied only at such head dims: `former_default`).
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
@@ -41,7 +43,8 @@ FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v7.1": {"all": {"state_num_stages": 1, **_DQ_KERNEL}, "exp": dict(_EXP_FUSED_8_WARPS)},
     "v8": {"all": dict(_DQ_KERNEL), "exp": dict(_EXP_FUSED_8_WARPS)},
     "v9": {"all": dict(_DQ_KERNEL), "exp": dict(_EXP_FUSED_8_WARPS)},
-    "v10": {"all": dict(_DQ_KERNEL), "exp": {}},
+    "v10": {"all": dict(_DQ_KERNEL), "exp": {}, "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
+    "v11": {"all": {}, "exp": {}, "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")
@@ -113,15 +116,20 @@ NAMED: dict[str, dict[str, Any]] = {
 }
 
 
-def former_default(version: str | None, variant: str) -> dict[str, Any] | None:
+def former_default(version: str | None, variant: str,
+                   head_dims: tuple[int, int] | None = None) -> dict[str, Any] | None:
     """The overrides of today's default tilings that give the default kernels of ``version`` for a
-    variant: {} for today's, None for a version they cannot reproduce (or an unknown one)."""
+    variant at head_dims (Dqk, Dv) (without them, those of every head dim but the ``exp_wide_values``
+    ones): {} for today's, None for a version they cannot reproduce (or an unknown one)."""
     if version in (None, KERNELS_VERSION):
         return {}
     former = FORMER_DEFAULTS.get(version)
     if former is None:
         return None
-    return {**former["all"], **(former["exp"] if variant == "exp" else {})}
+    overrides = {**former["all"], **(former["exp"] if variant == "exp" else {})}
+    if variant == "exp" and head_dims is not None and head_dims[0] <= 64 < head_dims[1]:
+        overrides |= former.get("exp_wide_values", {})
+    return overrides
 
 
 def _field_types(algorithm: str) -> dict[str, str]:
