@@ -30,7 +30,7 @@ KERNELS_VERSION = "v12"
 #: sub-chunk, and mLSTMexp's took a row max and a column sum per sub-chunk; a model of it takes v9's);
 #: v9 (7722eba): mLSTMexp's fused forward at 8 warps on every shape. Every version before v10 ran mLSTMexp's
 #: fused forward at 8 warps; every version before v11 (v10: d9df0bc) computed dQ in its own kernel from
-#: stored recomputed states; every version before v12 (v11: ab6b5ee) ran mLSTMexp's fused forward at 8
+#: stored recomputed states; every version before v12 (v11: 4410c6d) ran mLSTMexp's fused forward at 8
 #: warps where its query/key head dim is at most 64 but its value head dim is not (the ``exp_wide_values``
 #: entries, applied only at such head dims: `former_default`).
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
