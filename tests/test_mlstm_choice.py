@@ -84,7 +84,7 @@ def test_the_measured_table_decides_on_the_gpu_it_was_measured_on(monkeypatch, u
     assert (picked.algorithm, picked.chunk_size) == ("xl_chunk", 256)
     assert "measured" in picked.reason and "test table" in picked.reason
     assert choose(FIG4, gpu="NVIDIA H100 80GB HBM3", algorithm="fused_chunk").chunk_size == 64
-    assert "rule" in choose(FIG4, gpu="NVIDIA H100", training=False).reason  # no forward rows
+    assert "model" in choose(FIG4, gpu="NVIDIA H100", training=False).reason  # no forward rows: calibrated
     assert "rule" in choose(FIG4, gpu="NVIDIA A100-SXM4-80GB").reason  # a GPU the table has not seen
 
 
@@ -125,3 +125,25 @@ def test_every_choice_passes_the_input_validation(seq_len, head_dims, algorithm)
     validate_inputs(q, q, v, gates, gates, variant="sig", algorithm=picked.algorithm,
                     chunk_size=picked.chunk_size, normalize=None, eps=1e-6, initial_state=None,
                     return_final_state=False)
+
+
+def test_a_calibrated_gpu_takes_the_models_choice_where_the_table_has_no_rows():
+    """On an H100 (calibrated), a shape the table has not measured gets the structural model's fastest
+    (algorithm, chunk size), within the algorithm or chunk size asked; a GPU without a calibration, the
+    rule; a measured shape, the table."""
+    from tflabench.analysis import structural
+
+    shape, h100 = Shape(4, 16384, 24, 96, 96), "NVIDIA H100 80GB HBM3"
+    picked = choose(shape, variant="sig", training=False, gpu=h100, sm_count=H100_SMS)
+    problem = structural.Problem(4, 16384, 24, 96, 96, variant="sig", mode="fwd")
+    best = structural.predict_all(problem, structural.load_rates("h100"))[0]
+    assert (picked.algorithm, picked.chunk_size) == (best.algorithm, best.chunk)
+    assert picked.reason.startswith("model:")
+    fused = choose(shape, variant="sig", training=False, gpu=h100, sm_count=H100_SMS, algorithm="fused_chunk")
+    assert fused.algorithm == "fused_chunk" and fused.reason.startswith("model:")
+    at_256 = choose(shape, variant="sig", training=False, gpu=h100, sm_count=H100_SMS, chunk_size=256)
+    assert at_256.chunk_size == 256 and at_256.algorithm == "xl_chunk"
+    assert choose(shape, variant="sig", training=False, gpu="NVIDIA A100-SXM4-80GB",
+                  sm_count=108).reason.startswith("rule:")
+    measured = choose(Shape(8, 8192, 16, 128, 256), variant="sig", gpu=h100, sm_count=H100_SMS)
+    assert measured.reason.startswith("measured:")

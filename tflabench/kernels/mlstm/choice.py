@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from functools import cache, lru_cache
 from importlib import resources
 
@@ -93,6 +93,9 @@ def choose(shape: Shape, *, variant: str = "sig", training: bool = True, gpu: st
     measured = _measured_choice(shape, variant, training, gpu_key(gpu), algorithm, chunk_size)
     if measured is not None:
         return measured
+    modelled = _modelled_choice(shape, variant, training, gpu_key(gpu), algorithm, chunk_size)
+    if modelled is not None:
+        return modelled
     return _rule(shape, variant, sm_count, algorithm, chunk_size, chunk_sizes)
 
 
@@ -166,6 +169,38 @@ def _rule(shape: Shape, variant: str, sm_count: int, algorithm: str, chunk_size:
         chunk_size = max((c for c in chunk_sizes if c <= min(preferred, limit)), default=chunk_sizes[0])
         reason += f", chunk size {chunk_size} (the default of {algorithm})"
     return Choice(algorithm, chunk_size, reason)
+
+
+#: algorithms the structural model predicts (`analysis.structural`)
+MODELLED_ALGORITHMS = ("xl_chunk", "fused_chunk")
+
+
+def _modelled_choice(shape: Shape, variant: str, training: bool, gpu: str | None, algorithm: str,
+                     chunk_size: int | None) -> Choice | None:
+    """For a shape the table has not measured: the structural model's fastest (algorithm, chunk size) that
+    satisfies the given algorithm / chunk size, on the GPU's calibration (results/calibration/), or None
+    without one (a GPU not calibrated, or a package installed without the calibrations). On the shapes of
+    results/h100/model-holdout and results/h200/model-holdout (no table rows) its pick was the fastest row,
+    or within 5 % of it, in 31 of 32 groups (the miss: mLSTMexp's fused forward as v11 ran it, 8 warps),
+    the rule's in 18."""
+    if gpu is None or algorithm not in ("auto", *MODELLED_ALGORITHMS):
+        return None
+    from tflabench.analysis import structural
+
+    try:
+        rates = structural.load_rates(gpu)
+        problem = structural.Problem(*astuple(shape), variant=variant, mode="fwdbw" if training else "fwd")
+        algorithms = MODELLED_ALGORITHMS if algorithm == "auto" else (algorithm,)
+        predictions = [prediction for prediction in structural.predict_all(problem, rates, algorithms)
+                       if chunk_size in (None, prediction.chunk)]
+    except InputError:
+        return None
+    if not predictions:
+        return None
+    best = predictions[0]
+    return Choice(best.algorithm, best.chunk,
+                  f"model: predicted fastest of {len(predictions)} (algorithm, chunk size) on the "
+                  f"{gpu.upper()} calibration ({best.ms:.3f} ms; the table has not measured this shape)")
 
 
 def _measured_choice(shape: Shape, variant: str, training: bool, gpu: str | None, algorithm: str,
