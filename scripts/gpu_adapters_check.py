@@ -25,10 +25,10 @@ from pathlib import Path
 from tflabench.bench.isolated_checks import (
     CRASHED,
     FAILED,
-    KNOWN_FAILURES,
     PASSED,
     CheckOutcome,
     is_known_failure,
+    known_failure,
     run_checks,
 )
 
@@ -82,8 +82,9 @@ def _expected(outcome: CheckOutcome) -> bool:
 def _note(outcome: CheckOutcome) -> str:
     if outcome.kernel == WRONG_KERNEL:
         return "wrong adapter caught" if outcome.status == FAILED else "WRONG ADAPTER NOT CAUGHT"
-    if is_known_failure(outcome):
-        return f"known: {KNOWN_FAILURES[outcome.kernel].note}"
+    known = known_failure(outcome)
+    if known is not None:
+        return f"known: {known.note}"
     return "" if _expected(outcome) else "UNEXPECTED"
 
 

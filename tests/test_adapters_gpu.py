@@ -18,9 +18,8 @@ import torch
 
 from tflabench.bench.isolated_checks import (
     FAILED,
-    KNOWN_FAILURES,
     PASSED,
-    is_known_failure,
+    known_failure,
     run_checks,
 )
 from tflabench.bench.registry import all_kernels
@@ -66,8 +65,9 @@ def fig4_outcomes():
 
 
 def assert_passed(name: str, outcome) -> None:
-    if is_known_failure(outcome):
-        pytest.xfail(f"{KNOWN_FAILURES[name].note}: {outcome.status} {outcome.detail}")
+    known = known_failure(outcome)
+    if known is not None:
+        pytest.xfail(f"{known.note}: {outcome.status} {outcome.detail}")
     assert outcome.status == PASSED, outcome
 
 
