@@ -51,7 +51,8 @@ class KnownFailure:
 KNOWN_FAILURES = {
     "mlstm_kernels.mlstm_exp.xl_chunk": (
         KnownFailure(CRASHED, "", "aborts the Triton 3.6 compiler on Hopper (LLVM SLPVectorizer)"),
-        KnownFailure(FAILED, "-dv32-", "where it compiles, at Dv 32, L 64 wrong from t = 16 on (Triton 3.6, "
+        KnownFailure(FAILED, "-dv32-",
+                     "where it compiles, at Dv 32, L 64 wrong from t = 16 on in 2 of 3 runs (Triton 3.6, "
                      "H100, results/gpu-tests/2026-11-26-v12-kernel-suite-h100)"),
     ),
     "mlstm_kernels.mlstm_exp.limit_chunk": (
