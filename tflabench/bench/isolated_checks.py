@@ -53,7 +53,7 @@ KNOWN_FAILURES = {
         KnownFailure(CRASHED, "", "aborts the Triton 3.6 compiler on Hopper (LLVM SLPVectorizer)"),
         KnownFailure(FAILED, "-dv32-",
                      "where it compiles, at Dv 32, L 64 wrong from t = 16 on in 2 of 3 runs (Triton 3.6, "
-                     "H100, results/gpu-tests/2026-11-26-v12-kernel-suite-h100)"),
+                     "H100, results/gpu-tests/2026-11-26-v12-kernel-suites)"),
     ),
     "mlstm_kernels.mlstm_exp.limit_chunk": (
         KnownFailure(ERROR, "illegal memory access",
