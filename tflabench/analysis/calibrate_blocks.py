@@ -194,9 +194,9 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
 
     Without FUSED, the state recurrence's sub-chunk step (`triton_fwd.chunk_decay` and
     `add_chunk_to_state`, mLSTMsig): gate[0] holds b, gate[1] ig. With FUSED, the fused forward's chunk step
-    (`triton_fused`): gate[0] and gate[1] hold the forget and input pre-activations, from which the step
-    forms b (a cumsum) and its decay; mLSTMsig's masked gates, or with STABILIZE mLSTMexp's lean gates,
-    running max and normalizer; h = (Qbar C + S V) [/ denom] stored to h[pid], then the state update.
+    (`triton_fused._chunk_gates`, `chunk_output`, `chunk_state_update`): gate[0] and gate[1] hold the forget
+    and input pre-activations; mLSTMsig's masked gates, or with STABILIZE mLSTMexp's lean gates, running max
+    and normalizer, as each variant's default tiling runs them; h stored to h[pid], then the state update.
     Writes the state's sum to out[pid]."""
     QK_SCALE: tl.constexpr = 0.125
     pid = tl.program_id(0)
@@ -215,26 +215,11 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
             q = _slot_tile(q_ptr, slot, L, DQK)
             k = _slot_tile(k_ptr, slot, L, DQK)
             v = _slot_tile(v_ptr, slot, L, DV)
-            if STABILIZE:
-                gates = triton_fused._lean_gates(q, k, b, ig, m_state, offs_l, QK_SCALE, True)
-            else:
-                gates = triton_fused._masked_gates(q, k, b, ig, m_state, offs_l, QK_SCALE, False)
-            m_comb, q_gate, scores = gates
-            q_gated = (q.to(tl.float32) * q_gate[:, None]).to(q.dtype)
-            h = tl.dot(q_gated, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
-            if STABILIZE:
-                n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
-                h = h / (tl.maximum(tl.abs(n_acc), tl.exp(-m_comb)) + 1e-6)[:, None]
-                m_next = tl.maximum(decay + m_state, tl.max(decay - b + ig, 0))
-            else:
-                m_next = 0.0
+            h, _, _ = triton_fused.chunk_output(q, k, v, b, ig, state, norm, m_state, offs_l, QK_SCALE, 1e-6,
+                                                L, STABILIZE, STABILIZE, STABILIZE)
             tl.store(h_ptr + pid * L * DV + offs_l[:, None] * DV + offs_v[None, :], h)
-            state_scale, weight = triton_fused._state_step(decay, b, ig, m_state, m_next, STABILIZE)
-            k_weighted = k.to(tl.float32) * weight[:, None]
-            state = state * state_scale + tl.dot(tl.trans(k_weighted.to(v.dtype)), v)
-            if STABILIZE:
-                norm = norm * state_scale + tl.sum(k_weighted, 0)
-            m_state = m_next
+            state, norm, m_state = triton_fused.chunk_state_update(k, v, b, ig, decay, state, norm, m_state,
+                                                                   STABILIZE, STABILIZE)
         else:
             decay, state_scale, _ = triton_fwd.chunk_decay(gate_ptr, gate_ptr, 0, rows, SLOTS, slot, 0.0, L,
                                                            False)

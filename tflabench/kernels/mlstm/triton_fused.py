@@ -116,6 +116,52 @@ def _lean_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE: tl.constexpr)
 
 
 @triton.jit
+def chunk_output(q, k, v, b, ig, state, norm, m_state, offs_l, qk_scale, eps, L: tl.constexpr,
+                 STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, LEAN_GATE: tl.constexpr):
+    """(h [L, BV] fp32, denom [L], m_comb [L]) of one chunk of the fused forward: Qbar C + S V from the state
+    before it, divided by the denominator when NORMALIZE (denom 1 without). The intra-chunk gates by
+    `_lean_gates` with LEAN_GATE, else `_masked_gates`. q, k [L, Dqk_p], v [L, BV]; state [Dqk_p, BV] and
+    norm [Dqk_p] fp32; b, ig [L] from `_chunk_gates`."""
+    if LEAN_GATE:
+        m_comb, q_gate, scores = _lean_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE)
+    else:
+        m_comb, q_gate, scores = _masked_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE)
+    q_gated = (q.to(tl.float32) * q_gate[:, None]).to(q.dtype)
+    h_acc = tl.dot(q_gated, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
+    denom = tl.full([L], 1.0, dtype=tl.float32)
+    if NORMALIZE:
+        if LEAN_GATE:
+            n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
+        else:
+            n_acc = tl.sum(q_gated.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
+        if STABILIZE:
+            lower_bound = tl.exp(-m_comb)
+        else:
+            lower_bound = tl.full([L], 1.0, dtype=tl.float32)
+        denom = tl.maximum(tl.abs(n_acc), lower_bound) + eps
+        h_acc = h_acc / denom[:, None]
+    return h_acc, denom, m_comb
+
+
+@triton.jit
+def chunk_state_update(k, v, b, ig, decay, state, norm, m_state, STABILIZE: tl.constexpr,
+                       NORMALIZE: tl.constexpr):
+    """(state, norm, max state) after one chunk of the fused forward: C <- gbar C + Kbar^T V (and the
+    normalizer's n <- gbar n + Kbar^T 1 when NORMALIZE), mLSTMexp's max state
+    m_{k+1} = max(b[L-1] + m_k, max_t (b[L-1] - b[t] + ig[t]))."""
+    if STABILIZE:
+        m_next = tl.maximum(decay + m_state, tl.max(decay - b + ig, 0))
+    else:
+        m_next = 0.0
+    state_scale, weight = _state_step(decay, b, ig, m_state, m_next, STABILIZE)
+    k_weighted = k.to(tl.float32) * weight[:, None]
+    state = state * state_scale + tl.dot(tl.trans(k_weighted.to(v.dtype)), v)
+    if NORMALIZE:
+        norm = norm * state_scale + tl.sum(k_weighted, 0)
+    return state, norm, m_next
+
+
+@triton.jit
 def _row_stats(m_comb_ptr, denom_ptr, bh, T, t, L: tl.constexpr, STABILIZE: tl.constexpr,
                NORMALIZE: tl.constexpr):
     """m_comb (0 for mLSTMsig) and 1/denom (1 without normalization) [L] of the tokens t."""
@@ -186,41 +232,17 @@ def fused_forward_kernel(
         k = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :], mask=k_mask[None, :], other=0.0)
         v = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
 
-        if LEAN_GATE:
-            m_comb, q_gate, scores = _lean_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE)
-        else:
-            m_comb, q_gate, scores = _masked_gates(q, k, b, ig, m_state, offs_l, qk_scale, STABILIZE)
         if STABILIZE and writes_rows:
             tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
-        q_gated = (q.to(tl.float32) * q_gate[:, None]).to(q.dtype)
-        h_acc = tl.dot(q_gated, state.to(q.dtype)) + tl.dot(scores.to(v.dtype), v)
-        if NORMALIZE:
-            if LEAN_GATE:
-                n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
-            else:
-                n_acc = tl.sum(q_gated.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
+        h_acc, denom, m_comb = chunk_output(q, k, v, b, ig, state, norm, m_state, offs_l, qk_scale, eps, L,
+                                            STABILIZE, NORMALIZE, LEAN_GATE)
+        if NORMALIZE and writes_rows:
+            tl.store(denom_ptr + bh * T + t, denom)
             if STABILIZE:
-                lower_bound = tl.exp(-m_comb)
-            else:
-                lower_bound = tl.full([L], 1.0, dtype=tl.float32)
-            denom = tl.maximum(tl.abs(n_acc), lower_bound) + eps
-            h_acc = h_acc / denom[:, None]
-            if writes_rows:
-                tl.store(denom_ptr + bh * T + t, denom)
-                if STABILIZE:
-                    tl.store(m_comb_ptr + bh * T + t, m_comb)
+                tl.store(m_comb_ptr + bh * T + t, m_comb)
         tl.store(h_base + t[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty))
-
-        if STABILIZE:
-            m_next = tl.maximum(decay + m_state, tl.max(decay - b + ig, 0))
-        else:
-            m_next = 0.0
-        state_scale, weight = _state_step(decay, b, ig, m_state, m_next, STABILIZE)
-        k_weighted = k.to(tl.float32) * weight[:, None]
-        state = state * state_scale + tl.dot(tl.trans(k_weighted.to(v.dtype)), v)
-        if NORMALIZE:
-            norm = norm * state_scale + tl.sum(k_weighted, 0)
-        m_state = m_next
+        state, norm, m_state = chunk_state_update(k, v, b, ig, decay, state, norm, m_state, STABILIZE,
+                                                  NORMALIZE)
 
     tl.store(c_last_ptr + bh * DQK * DV + state_offs, state, mask=k_mask[:, None])
     if writes_rows:
