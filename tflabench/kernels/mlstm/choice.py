@@ -21,7 +21,13 @@ import torch
 from torch import Tensor
 
 from tflabench.errors import InputError
-from tflabench.kernels.mlstm.launch import FUSED_CHUNK_MAX, ONE_TILE_CHUNK_MAX, fused_state_blocks, next_pow2
+from tflabench.kernels.mlstm.launch import (
+    EXP_FOUR_WARPS_MAX,
+    FUSED_CHUNK_MAX,
+    ONE_TILE_CHUNK_MAX,
+    fused_state_blocks,
+    next_pow2,
+)
 
 #: chunk sizes of the rule (the measured optimum of most groups of the table)
 XL_CHUNK_DEFAULT, FUSED_CHUNK_DEFAULT = 128, 64
@@ -35,7 +41,7 @@ FUSED_MAX_HEAD_DIM_QK = 128
 #: SM (v10 at head dims <= 64, v12 at Dqk <= 64): at 32 x 64/64, L = 64 it beats its TFLA forward (0.68-0.70
 #: vs 0.88 ms, results/perf-log.md v10), at 16 x 64/128, T = 4096 too (0.551 vs 0.648 ms, H100, v12);
 #: above, at 8 warps, it lost every group of the tfla-grid runs (4-17x slower; it spills registers)
-EXP_FUSED_MAX_HEAD_DIM = 64
+EXP_FUSED_MAX_HEAD_DIM = EXP_FOUR_WARPS_MAX
 #: SMs assumed when the device is not a CUDA GPU (an H100 SXM)
 DEFAULT_SM_COUNT = 132
 TABLE = "choices.json"

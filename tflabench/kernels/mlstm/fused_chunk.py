@@ -21,6 +21,7 @@ from tflabench.kernels.mlstm.launch import (
     FUSED_CHUNK_MAX,
     contiguous_last,
     empty_with_strides_of,
+    exp_forward_four_warps,
     fused_state_blocks,
     gate_grads,
     next_pow2,
@@ -31,12 +32,6 @@ from tflabench.kernels.mlstm.launch import (
 BACKWARDS = ("tfla", "fused")
 #: warps of mLSTMexp's fused forward beyond a query/key head dim and chunk of 64 (`FusedTiling.default`)
 EXP_FORWARD_WARPS = 8
-
-
-def exp_forward_four_warps(chunk: int, head_dim_qk: int) -> bool:
-    """Whether mLSTMexp's fused forward runs 4 warps instead of `EXP_FORWARD_WARPS` (`FusedTiling.default`):
-    at chunks and query/key head dims of at most 64."""
-    return chunk <= 64 and head_dim_qk <= 64
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,16 @@ ONE_TILE_CHUNK_MAX = {"limit_chunk": LIMIT_CHUNK_MAX, "fused_chunk": FUSED_CHUNK
 #: the most fp32 elements of the state tile a fused-chunk program keeps in registers by default
 #: (Dqk x BV or BK x Dv: 64 registers per thread at 4 warps)
 STATE_TILE_ELEMENTS = 8192
+#: the largest chunk and query/key head dim at which mLSTMexp's fused forward runs 4 warps
+#: (`exp_forward_four_warps`)
+EXP_FOUR_WARPS_MAX = 64
+
+
+def exp_forward_four_warps(chunk: int, head_dim_qk: int) -> bool:
+    """Whether mLSTMexp's fused forward runs 4 warps instead of `fused_chunk.EXP_FORWARD_WARPS`
+    (`FusedTiling.default`; the `auto` rule and the former versions' defaults follow it): at chunks and
+    query/key head dims of at most `EXP_FOUR_WARPS_MAX`."""
+    return chunk <= EXP_FOUR_WARPS_MAX and head_dim_qk <= EXP_FOUR_WARPS_MAX
 
 
 def largest_pow2_block(dim: int, cap: int) -> int:

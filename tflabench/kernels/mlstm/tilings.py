@@ -126,8 +126,10 @@ def former_default(version: str | None, variant: str,
     former = FORMER_DEFAULTS.get(version)
     if former is None:
         return None
+    from tflabench.kernels.mlstm.launch import EXP_FOUR_WARPS_MAX
+
     overrides = {**former["all"], **(former["exp"] if variant == "exp" else {})}
-    if variant == "exp" and head_dims is not None and head_dims[0] <= 64 < head_dims[1]:
+    if variant == "exp" and head_dims is not None and head_dims[0] <= EXP_FOUR_WARPS_MAX < head_dims[1]:
         overrides |= former.get("exp_wide_values", {})
     return overrides
 
