@@ -74,32 +74,35 @@ def measure_kernel_us(call: Callable[[], None], calls: int) -> dict[str, float]:
     return per_kernel
 
 
-def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], tuple | None]:
-    """One forward (and, with mode fwdbw, backward: the inputs must require gradients, which are returned,
-    not accumulated into ``.grad``, as the harness drops them between calls) call of our xl_chunk kernel on
-    ``inputs`` (q, k, v, i, f)."""
+def _timed_call(forward: Callable[[], object], leaves: tuple, mode: str) -> Callable[[], tuple | None]:
+    """A call of ``forward`` (no autograd with mode fwd), and with mode fwdbw of its backward: the gradients
+    of ``leaves`` (which must require them) are returned, not accumulated into ``.grad``, as the harness
+    drops them between calls."""
     import torch
-
-    from tflabench.kernels import mlstm
 
     if mode == "fwd":
         def call():
             with torch.no_grad():
-                mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk)
+                forward()
         return call
-    grad = torch.randn_like(inputs[2])
+    grad = torch.randn_like(leaves[2])
 
     def call():
-        out = mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk)
-        return torch.autograd.grad(out, inputs, grad)
+        return torch.autograd.grad(forward(), leaves, grad)
     return call
+
+
+def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], tuple | None]:
+    """`_timed_call` of our xl_chunk kernel on ``inputs`` (q, k, v, i, f)."""
+    from tflabench.kernels import mlstm
+
+    return _timed_call(lambda: mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk),
+                       inputs, mode)
 
 
 def _reference_call(inputs, chunk: int, mode: str) -> Callable[[], tuple | None]:
     """The same for mlstm_kernels' mLSTMsig xl_chunk (the reference), no normalizer, on contiguous
     head-first copies of the inputs made before the timed calls (as the harness's adapter makes them)."""
-    import torch
-
     from tflabench.bench.adapters import mlstm_kernels
     from tflabench.bench.adapters._common import tokens_first
 
@@ -110,16 +113,7 @@ def _reference_call(inputs, chunk: int, mode: str) -> Callable[[], tuple | None]
         q, k, v, i, f = head_first
         return kernel(q=q, k=k, v=v, i=i, f=f, chunk_size=chunk, normalize=False)
 
-    if mode == "fwd":
-        def call():
-            with torch.no_grad():
-                forward()
-        return call
-    grad = torch.randn_like(head_first[2])
-
-    def call():
-        return torch.autograd.grad(forward(), head_first, grad)
-    return call
+    return _timed_call(forward, head_first, mode)
 
 
 def main() -> None:
