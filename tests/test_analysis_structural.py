@@ -314,11 +314,29 @@ def test_former_defaults_give_the_kernels_of_their_version():
     assert tilings.former_default(tilings.KERNELS_VERSION, "exp") == tilings.former_default(None, "sig") == {}
     assert tilings.former_default("v4", "sig") is None
     v6 = tilings.former_default("v6", "exp")
+    not_fields = ("lean_gate", "head_dim_blocks")
     tiling = replace(Tiling.default(64, 64, 64, variant="exp"),
-                     **{k: v for k, v in v6.items() if k != "lean_gate" and "." not in k})
+                     **{k: v for k, v in v6.items() if k not in not_fields and "." not in k})
     fields = (tiling.out_prefix_max, tiling.fused_dkdv, tiling.state_num_stages, tiling.out_block_kv)
     assert fields == (False, False, 1, 32)
     assert v6["lean_gate"] is False and "lean_gate" not in tilings.former_default("v6", "sig")
+    assert v6["head_dim_blocks"] == "exact"
+
+
+@pytest.mark.parametrize("version, blocks", [(None, (128, 128, 64)), ("v13", (128, 128, 64)),
+                                             ("v12", (32, 32, 32)), ("v9", (32, 32, 32))])
+def test_head_dim_blocks_at_96_are_masked_since_v13(version, blocks):
+    """At 96/96 the kernels before v13 took the 32-wide blocks dividing 96; the model of a row takes its
+    version's (block_qk, out_block_v, state_block_qk), at 64/64 the same for every version."""
+    from tflabench.analysis import model_check
+
+    problem = structural.Problem(16, 4096, 24, 96, 96, variant="sig")
+    fields = model_check.row_tiling(version, "sig", None, (96, 96))
+    tiling = structural.modelled_tiling(problem, "xl_chunk", 128, fields)
+    assert (tiling.block_qk, tiling.out_block_v, tiling.state_block_qk) == blocks
+    small = structural.Problem(16, 4096, 24, 64, 64, variant="sig")
+    former = structural.modelled_tiling(small, "xl_chunk", 128, model_check.row_tiling(version, "sig", None))
+    assert former.block_qk == structural.modelled_tiling(small, "xl_chunk", 128).block_qk == 64
 
 
 @pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8), ("v11", 4)])

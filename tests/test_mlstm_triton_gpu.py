@@ -111,6 +111,7 @@ SMALL_HEAD_DIM_SHAPES = {
     "qk64-v32": Shape(batch=2, seq_len=128, heads=2, head_dim_qk=64, head_dim_v=32),
     "qk32-v32": Shape(batch=2, seq_len=256, heads=4, head_dim_qk=32, head_dim_v=32),
     "qk80-v192": Shape(batch=2, seq_len=512, heads=4, head_dim_qk=80, head_dim_v=192),
+    "qk96-v96": Shape(batch=2, seq_len=512, heads=4, head_dim_qk=96, head_dim_v=96),
 }
 
 
@@ -293,7 +294,8 @@ def test_bf16_output_and_gradients_match_float64_reference(case, gpu_report):
 def test_bf16_at_small_head_dims_matches_float64_reference(case, shape_name, gpu_report):
     """The harness's check size (Dqk 64 / Dv 32) and the head-dim sweep's smallest (32 / 32): one value
     block and one query block per chunk, where Triton 3.6 once compiled the output kernel into one reading
-    shared memory out of bounds (compute-sanitizer on an H200), while every test at 128 / 256 passed."""
+    shared memory out of bounds (compute-sanitizer on an H200), while every test at 128 / 256 passed; and
+    head dims no power of two divides (80, 96: the TFLA kernels' masked 64- and 128-wide blocks)."""
     check_bf16_against_reference(case, SMALL_HEAD_DIM_SHAPES[shape_name], gpu_report, f"-{shape_name}")
 
 

@@ -225,7 +225,7 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
                                                            False)
             state, _ = triton_fwd.add_chunk_to_state(
                 state * state_scale, norm, k_ptr, v_ptr, gate_ptr, gate_ptr + rows, 0, rows, slot, decay, 0.0,
-                offs_k, offs_v, DQK, DV, L, L, False, False)
+                offs_k, offs_v, DQK, DV, DQK, DV, DQK, DV, L, L, False, False)
     tl.store(out_ptr + pid, tl.sum(tl.sum(state, 1), 0))
 
 

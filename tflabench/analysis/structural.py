@@ -332,14 +332,17 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
 
 # ---------------------------------------------------------------------------------------------- launches
 def _tfla_tiling(problem: Problem, chunk: int, algorithm: str, tiling: str | dict | None = None):
-    """The tiling the kernels run: `Tiling.default` (limit=True for limit_chunk) with the overrides of
-    ``tiling`` (`tiling_fields`; its fused_chunk fields and state_dtype left out), or the reference's."""
+    """The tiling the kernels run: `Tiling.default` (limit=True for limit_chunk; the head-dim blocks of the
+    kernels before v13 where ``tiling`` sets ``head_dim_blocks`` "exact", `tilings.FORMER_DEFAULTS`) with
+    the overrides of ``tiling`` (`tiling_fields`; its fused_chunk fields and state_dtype left out), or the
+    reference's."""
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
     if algorithm == "reference":
         return reference_tiling(problem, chunk)
+    exact_head_blocks = tiling_fields(tiling).get("head_dim_blocks") == "exact"
     default = Tiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant,
-                             limit=algorithm == "limit_chunk")
+                             limit=algorithm == "limit_chunk", exact_head_blocks=exact_head_blocks)
     return dataclasses.replace(default, **_tiling_overrides(tiling, Tiling, "xl_chunk")).for_chunk(chunk)
 
 
@@ -481,8 +484,8 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
 
 
 def _blocks(dim: int, block: int) -> int:
-    """Programs (or loop trips) over a head dim in blocks: the launchers' cdiv. Our tilings' blocks divide
-    the head dims; the reference's (powers of two) need not, and cover the rest with masked tiles."""
+    """Programs (or loop trips) over a head dim in blocks: the launchers' cdiv (a block that does not divide
+    the head dim, ours since v13 or the reference's, covers the rest with masked tiles)."""
     return -(-dim // block)
 
 

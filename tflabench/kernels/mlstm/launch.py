@@ -36,6 +36,22 @@ def largest_pow2_block(dim: int, cap: int) -> int:
     return block
 
 
+#: the narrowest block `head_dim_block` takes from the divisors of a head dim before it masks a wider one
+NARROWEST_EXACT_BLOCK = 64
+
+
+def head_dim_block(dim: int, cap: int) -> int:
+    """The TFLA kernels' block of a head dim (dim a multiple of 16): the largest power of two <= cap
+    dividing it, unless that is narrower than both `NARROWEST_EXACT_BLOCK` and the dim; then the masked
+    block min(cap, next_pow2(dim)), whose columns past the head dim the kernels read as zeros (`triton_fwd.
+    load_cols`): 64 or 128 at 96 instead of 32, 64 at 48 and 80 instead of 16. The reference kernels mask
+    64- and 128-wide blocks there; with 32-wide ones our fwd+bwd at 24 x 96/96 took 1.11-1.18x theirs
+    (results/perf-log.md, v13)."""
+    exact = largest_pow2_block(dim, cap)
+    padded = min(cap, next_pow2(dim))
+    return exact if exact >= min(NARROWEST_EXACT_BLOCK, padded) else padded
+
+
 def next_pow2(dim: int) -> int:
     """The smallest power of two >= dim (the padded width of a head dim held whole in one tile)."""
     return 1 << (dim - 1).bit_length()

@@ -20,7 +20,7 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v12"
+KERNELS_VERSION = "v13"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
@@ -32,19 +32,27 @@ KERNELS_VERSION = "v12"
 #: fused forward at 8 warps; every version before v11 (v10: d9df0bc) computed dQ in its own kernel from
 #: stored recomputed states; every version before v12 (v11: 4410c6d) ran mLSTMexp's fused forward at 8
 #: warps where its query/key head dim is at most 64 but its value head dim is not (the ``exp_wide_values``
-#: entries, applied only at such head dims: `former_default`).
+#: entries, applied only at such head dims: `former_default`); every version before v13 (v12: 035395d) took
+#: the TFLA kernels' head-dim blocks from the divisors of the head dims only (32 at 96: ``head_dim_blocks``
+#: "exact", not a tiling field but `xl_chunk.Tiling.default`'s ``exact_head_blocks``, which the structural
+#: model passes on).
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
+_EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact"}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1,
-                   **_DQ_KERNEL},
+                   **_DQ_KERNEL, **_EXACT_HEAD_BLOCKS},
            "exp": {"out_prefix_max": False, "out_block_kv": 32, "lean_gate": False, **_EXP_FUSED_8_WARPS}},
-    "v7": {"all": {"state_num_stages": 1, **_DQ_KERNEL}, "exp": {"out_block_kv": 32, **_EXP_FUSED_8_WARPS}},
-    "v7.1": {"all": {"state_num_stages": 1, **_DQ_KERNEL}, "exp": dict(_EXP_FUSED_8_WARPS)},
-    "v8": {"all": dict(_DQ_KERNEL), "exp": dict(_EXP_FUSED_8_WARPS)},
-    "v9": {"all": dict(_DQ_KERNEL), "exp": dict(_EXP_FUSED_8_WARPS)},
-    "v10": {"all": dict(_DQ_KERNEL), "exp": {}, "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
-    "v11": {"all": {}, "exp": {}, "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
+    "v7": {"all": {"state_num_stages": 1, **_DQ_KERNEL, **_EXACT_HEAD_BLOCKS},
+           "exp": {"out_block_kv": 32, **_EXP_FUSED_8_WARPS}},
+    "v7.1": {"all": {"state_num_stages": 1, **_DQ_KERNEL, **_EXACT_HEAD_BLOCKS},
+             "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v8": {"all": {**_DQ_KERNEL, **_EXACT_HEAD_BLOCKS}, "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v9": {"all": {**_DQ_KERNEL, **_EXACT_HEAD_BLOCKS}, "exp": dict(_EXP_FUSED_8_WARPS)},
+    "v10": {"all": {**_DQ_KERNEL, **_EXACT_HEAD_BLOCKS}, "exp": {},
+            "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
+    "v11": {"all": dict(_EXACT_HEAD_BLOCKS), "exp": {}, "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
+    "v12": {"all": dict(_EXACT_HEAD_BLOCKS), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")

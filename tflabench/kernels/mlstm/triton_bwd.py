@@ -33,7 +33,16 @@ dig_t = (k.dk)_t.
 import triton
 import triton.language as tl
 
-from tflabench.kernels.mlstm.triton_fwd import add_chunk_to_state, chunk_decay, chunk_kernel, chunk_program
+from tflabench.kernels.mlstm.triton_fwd import (
+    add_chunk_to_state,
+    chunk_decay,
+    chunk_kernel,
+    chunk_program,
+    load_cols,
+    load_state,
+    store_cols,
+    store_state,
+)
 
 
 @triton.jit
@@ -102,12 +111,14 @@ def chunk_state_grads_kernel(
     dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
 
     if HAS_DC_LAST:
-        dstate = tl.load(dc_last_ptr + bh * DQK * DV + state_offs).to(tl.float32)
+        dstate = load_state(dc_last_ptr + bh * DQK * DV + state_offs, offs_k, offs_v, DQK, BK, DV, BV)
+        dstate = dstate.to(tl.float32)
     else:
         dstate = tl.zeros([BK, BV], dtype=tl.float32)
     for step in range(0, NC):
         chunk = NC - 1 - step
-        tl.store(dc_ptr + (bh * NC + chunk) * DQK * DV + state_offs, dstate.to(dc_ptr.dtype.element_ty))
+        store_state(dc_ptr + (bh * NC + chunk) * DQK * DV + state_offs, dstate.to(dc_ptr.dtype.element_ty),
+                    offs_k, offs_v, DQK, BK, DV, BV)
         chunk_decay = tl.load(b_ptr + bh * T + chunk * L + L - 1)
         if STABILIZE:
             m_prev = tl.load(m_ptr + bh * (NC + 1) + chunk)
@@ -119,12 +130,12 @@ def chunk_state_grads_kernel(
             t = chunk * L + start + offs_l
             _, q_gate, _, inv_denom = _row_gates(
                 b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t, STABILIZE, NORMALIZE, BL)
-            q_tile = tl.load(q_base + t[:, None] * stride_q_t + offs_k[None, :])
+            q_tile = load_cols(q_base + t[:, None] * stride_q_t + offs_k[None, :], offs_k, DQK, BK)
             q_gated = q_tile.to(tl.float32) * (q_gate * qk_scale)[:, None]
-            dh_tile = tl.load(dh_base + t[:, None] * stride_dh_t + offs_v[None, :])
+            dh_tile = load_cols(dh_base + t[:, None] * stride_dh_t + offs_v[None, :], offs_v, DV, BV)
             dh_scaled = dh_tile.to(tl.float32) * inv_denom[:, None]
             dstate += tl.dot(tl.trans(q_gated.to(q_tile.dtype)), dh_scaled.to(q_tile.dtype))
-    tl.store(dc0_ptr + bh * DQK * DV + state_offs, dstate)
+    store_state(dc0_ptr + bh * DQK * DV + state_offs, dstate, offs_k, offs_v, DQK, BK, DV, BV)
 
 
 @triton.jit
@@ -178,7 +189,7 @@ def chunk_states_dq_kernel(
         decay, state_scale, m_state = chunk_decay(b_ptr, a_ptr, bh, T, NC, chunk, m_state, L, STABILIZE)
         state, unused_norm = add_chunk_to_state(
             state * state_scale, unused_norm, k_base, v_base, b_ptr, ig_ptr, bh, T, chunk, decay, m_state,
-            offs_k, offs_v, stride_k_t, stride_v_t, L, BL, STABILIZE, False)
+            offs_k, offs_v, stride_k_t, stride_v_t, DQK, DV, BK, DV, L, BL, STABILIZE, False)
 
 
 @chunk_kernel
@@ -214,8 +225,9 @@ def chunk_dq_kernel(
         t_kv = chunk * L + kv_tile * BLKV + offs_kv
         dscores = tl.zeros([BLQ, BLKV], dtype=tl.float32)
         for dv in range(0, DV, BV):
-            dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
-            v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
+            dv_offs = dv + offs_dv
+            dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + dv_offs[None, :], dv_offs, DV, BV)
+            v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + dv_offs[None, :], dv_offs, DV, BV)
             dscores += tl.dot(dh_tile, tl.trans(v_tile))
         b_kv = tl.load(b_ptr + bh * T + t_kv)
         ig_kv = tl.load(ig_ptr + bh * T + t_kv)
@@ -223,23 +235,26 @@ def chunk_dq_kernel(
         causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
         gate = tl.exp(tl.where(causal, gate_log, float("-inf")))
         dscores = dscores * gate * (inv_denom * qk_scale)[:, None]
-        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :])
+        k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :], offs_k, DQK, BK)
         dq += tl.dot(dscores.to(k_tile.dtype), k_tile)
 
     dq_inter = tl.zeros([BLQ, BK], dtype=tl.float32)
     c_slot = (bh * NC + chunk) * DQK * DV
     for dv in range(0, DV, BV):
-        dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
-        c_tile = tl.load(c_ptr + c_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
+        dv_offs = dv + offs_dv
+        dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + dv_offs[None, :], dv_offs, DV, BV)
+        c_tile = load_state(c_ptr + c_slot + offs_k[:, None] * DV + dv_offs[None, :], offs_k, dv_offs,
+                            DQK, BK, DV, BV)
         dq_inter += tl.dot(dh_tile, tl.trans(c_tile.to(dh_tile.dtype)))
     dq += dq_inter * (q_gate * inv_denom * qk_scale)[:, None]
 
     q_base = q_ptr + batch * stride_q_b + head * stride_q_h
-    q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :]).to(tl.float32)
+    q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + offs_k[None, :], offs_k, DQK, BK).to(tl.float32)
     num_bh = tl.num_programs(0) // (tiles_0 * tiles_1 * NC)
     tl.store(qdq_ptr + (pid_k * num_bh + bh) * T + t_q, tl.sum(q_tile * dq, 1))
     dq_base = dq_ptr + batch * stride_q_b + head * stride_q_h
-    tl.store(dq_base + t_q[:, None] * stride_q_t + offs_k[None, :], dq.to(dq_ptr.dtype.element_ty))
+    store_cols(dq_base + t_q[:, None] * stride_q_t + offs_k[None, :], dq.to(dq_ptr.dtype.element_ty), offs_k,
+               DQK, BK)
 
 
 @chunk_kernel
@@ -276,28 +291,33 @@ def chunk_dk_kernel(
             b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
         dscores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
         for dv in range(0, DV, BV):
-            v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
-            dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + (dv + offs_dv)[None, :])
+            dv_offs = dv + offs_dv
+            v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + dv_offs[None, :], dv_offs, DV, BV)
+            dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + dv_offs[None, :], dv_offs, DV, BV)
             dscores_t += tl.dot(v_tile, tl.trans(dh_tile))
         q_rows = q_tile_idx * BLQ + offs_lq
         dscores_t *= _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, offs_kv, qk_scale)
-        q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + offs_k[None, :])
+        q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + offs_k[None, :], offs_k, DQK, BK)
         dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
 
     dk_inter = tl.zeros([BLKV, BK], dtype=tl.float32)
     dc_slot = (bh * NC + chunk) * DQK * DV
     for dv in range(0, DV, BV):
-        v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + (dv + offs_dv)[None, :])
-        dc_tile = tl.load(dc_ptr + dc_slot + offs_k[:, None] * DV + (dv + offs_dv)[None, :])
+        dv_offs = dv + offs_dv
+        v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + dv_offs[None, :], dv_offs, DV, BV)
+        dc_tile = load_state(dc_ptr + dc_slot + offs_k[:, None] * DV + dv_offs[None, :], offs_k, dv_offs,
+                             DQK, BK, DV, BV)
         dk_inter += tl.dot(v_tile, tl.trans(dc_tile.to(v_tile.dtype)))
     dk += dk_inter * k_gate[:, None]
 
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
-    k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :]).to(tl.float32)
+    k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :], offs_k, DQK, BK)
+    k_tile = k_tile.to(tl.float32)
     num_bh = tl.num_programs(0) // (tiles_0 * tiles_1 * NC)
     tl.store(kdk_ptr + (pid_k * num_bh + bh) * T + t_kv, tl.sum(k_tile * dk, 1))
     dk_base = dk_ptr + batch * stride_k_b + head * stride_k_h
-    tl.store(dk_base + t_kv[:, None] * stride_k_t + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty))
+    store_cols(dk_base + t_kv[:, None] * stride_k_t + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty), offs_k,
+               DQK, BK)
 
 
 @chunk_kernel
@@ -333,23 +353,27 @@ def chunk_dv_kernel(
             b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
         scores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
         for dk in range(0, DQK, BK):
-            k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
-            q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
+            dk_offs = dk + offs_dk
+            k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + dk_offs[None, :], dk_offs, DQK, BK)
+            q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + dk_offs[None, :], dk_offs, DQK, BK)
             scores_t += tl.dot(k_tile, tl.trans(q_tile))
         q_rows = q_tile_idx * BLQ + offs_lq
         scores_t *= _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, offs_kv, qk_scale)
-        dh_tile = tl.load(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :])
+        dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :], offs_v, DV, BV)
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
 
     dc_slot = (bh * NC + chunk) * DQK * DV
     for dk in range(0, DQK, BK):
-        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
+        dk_offs = dk + offs_dk
+        k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + dk_offs[None, :], dk_offs, DQK, BK)
         k_gated = k_tile.to(tl.float32) * k_gate[:, None]
-        dc_tile = tl.load(dc_ptr + dc_slot + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
+        dc_tile = load_state(dc_ptr + dc_slot + dk_offs[:, None] * DV + offs_v[None, :], dk_offs, offs_v,
+                             DQK, BK, DV, BV)
         dv += tl.dot(k_gated.to(k_tile.dtype), dc_tile.to(k_tile.dtype))
 
     dv_base = dv_ptr + batch * stride_dv_b + head * stride_dv_h
-    tl.store(dv_base + t_kv[:, None] * stride_dv_t + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty))
+    store_cols(dv_base + t_kv[:, None] * stride_dv_t + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty),
+               offs_v, DV, BV)
 
 
 @chunk_kernel

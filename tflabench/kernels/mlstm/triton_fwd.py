@@ -67,6 +67,67 @@ def _last(x, N: tl.constexpr):
 
 
 @triton.jit
+def load_cols(ptrs, cols, D: tl.constexpr, BD: tl.constexpr):
+    """tl.load of a [rows, BD] tile whose columns ``cols`` [BD] are a block of a head dim of D. Where BD
+    does not divide D (the masked blocks of `xl_chunk.head_dim_block`), the columns past D read as zeros;
+    the mask is compiled only then."""
+    if D % BD == 0:
+        tile = tl.load(ptrs)
+    else:
+        tile = tl.load(ptrs, mask=(cols < D)[None, :], other=0.0)
+    return tile
+
+
+@triton.jit
+def store_cols(ptrs, value, cols, D: tl.constexpr, BD: tl.constexpr):
+    """tl.store of a [rows, BD] tile, its columns ``cols`` past the head dim D left out (`load_cols`)."""
+    if D % BD == 0:
+        tl.store(ptrs, value)
+    else:
+        tl.store(ptrs, value, mask=(cols < D)[None, :])
+
+
+@triton.jit
+def load_state(ptrs, rows, cols, DQK: tl.constexpr, BK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
+    """tl.load of a [BK, BV] state tile, rows ``rows`` of the Dqk head dim and columns ``cols`` of the Dv
+    one; as `load_cols` on both axes."""
+    if DQK % BK == 0 and DV % BV == 0:
+        tile = tl.load(ptrs)
+    else:
+        tile = tl.load(ptrs, mask=(rows < DQK)[:, None] & (cols < DV)[None, :], other=0.0)
+    return tile
+
+
+@triton.jit
+def store_state(ptrs, value, rows, cols, DQK: tl.constexpr, BK: tl.constexpr, DV: tl.constexpr,
+                BV: tl.constexpr):
+    """tl.store of a [BK, BV] state tile (`load_state`)."""
+    if DQK % BK == 0 and DV % BV == 0:
+        tl.store(ptrs, value)
+    else:
+        tl.store(ptrs, value, mask=(rows < DQK)[:, None] & (cols < DV)[None, :])
+
+
+@triton.jit
+def load_vector(ptrs, offs, D: tl.constexpr, BD: tl.constexpr):
+    """tl.load of a [BD] block of a vector over a head dim of D (`load_cols`)."""
+    if D % BD == 0:
+        vector = tl.load(ptrs)
+    else:
+        vector = tl.load(ptrs, mask=offs < D, other=0.0)
+    return vector
+
+
+@triton.jit
+def store_vector(ptrs, value, offs, D: tl.constexpr, BD: tl.constexpr):
+    """tl.store of a [BD] block of a vector over a head dim of D (`load_cols`)."""
+    if D % BD == 0:
+        tl.store(ptrs, value)
+    else:
+        tl.store(ptrs, value, mask=offs < D)
+
+
+@triton.jit
 def gate_cumsum_kernel(
     i_ptr, f_ptr, b_ptr, ig_ptr, g_ptr, a_ptr,
     stride_gate_b, stride_gate_t, stride_gate_h,
@@ -131,6 +192,7 @@ def chunk_decay(b_ptr, a_ptr, bh, T, NC, chunk, m_state, L: tl.constexpr, STABIL
 @triton.jit
 def add_chunk_to_state(state, norm_cols, k_base, v_base, b_ptr, ig_ptr, bh, T, chunk, decay, m_next,
                        offs_k, offs_v, stride_k_t, stride_v_t,
+                       DQK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                        L: tl.constexpr, BL: tl.constexpr, STABILIZE: tl.constexpr, TRACK_N: tl.constexpr):
     """(state, norm_cols) plus chunk ``chunk``'s update, in sub-chunks of BL tokens: sum_t w_t k_t v_t^T
     into the [BK, BV] state tile (keys offs_k, values offs_v), and with TRACK_N sum_t w_t k_t into every
@@ -143,8 +205,8 @@ def add_chunk_to_state(state, norm_cols, k_base, v_base, b_ptr, ig_ptr, bh, T, c
         if STABILIZE:
             weight_log -= m_next
         weight = tl.exp(weight_log)
-        k_tile = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :])
-        v_tile = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
+        k_tile = load_cols(k_base + t[:, None] * stride_k_t + offs_k[None, :], offs_k, DQK, BK)
+        v_tile = load_cols(v_base + t[:, None] * stride_v_t + offs_v[None, :], offs_v, DV, BV)
         k_weighted = tl.trans((k_tile.to(tl.float32) * weight[:, None]).to(v_tile.dtype))
         state += tl.dot(k_weighted, v_tile)
         if TRACK_N:
@@ -189,8 +251,9 @@ def chunk_states_kernel(
     writes_vectors = pid_v == 0
 
     if HAS_INITIAL:
-        state = tl.load(c0_ptr + bh * DQK * DV + state_offs).to(tl.float32)
-        norm = tl.load(n0_ptr + bh * DQK + offs_k).to(tl.float32)
+        state = load_state(c0_ptr + bh * DQK * DV + state_offs, offs_k, offs_v, DQK, BK, DV, BV)
+        state = state.to(tl.float32)
+        norm = load_vector(n0_ptr + bh * DQK + offs_k, offs_k, DQK, BK).to(tl.float32)
         m_state = tl.load(m0_ptr + bh).to(tl.float32)
     else:
         state = tl.zeros([BK, BV], dtype=tl.float32)
@@ -201,10 +264,11 @@ def chunk_states_kernel(
     k_base = k_ptr + batch * stride_k_b + head * stride_k_h
     v_base = v_ptr + batch * stride_v_b + head * stride_v_h
     for chunk in range(0, NC):
-        tl.store(c_ptr + (bh * NC + chunk) * DQK * DV + state_offs, state.to(c_ptr.dtype.element_ty))
+        store_state(c_ptr + (bh * NC + chunk) * DQK * DV + state_offs, state.to(c_ptr.dtype.element_ty),
+                    offs_k, offs_v, DQK, BK, DV, BV)
         if TRACK_N:
             if writes_vectors:
-                tl.store(n_ptr + (bh * NC + chunk) * DQK + offs_k, tl.max(norm_cols, 1))
+                store_vector(n_ptr + (bh * NC + chunk) * DQK + offs_k, tl.max(norm_cols, 1), offs_k, DQK, BK)
         if STABILIZE:
             if writes_vectors & (pid_k == 0):
                 tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
@@ -214,12 +278,12 @@ def chunk_states_kernel(
             norm_cols = norm_cols * state_scale
         state, norm_cols = add_chunk_to_state(
             state, norm_cols, k_base, v_base, b_ptr, ig_ptr, bh, T, chunk, decay, m_state, offs_k, offs_v,
-            stride_k_t, stride_v_t, L, BL, STABILIZE, TRACK_N)
+            stride_k_t, stride_v_t, DQK, DV, BK, BV, L, BL, STABILIZE, TRACK_N)
 
-    tl.store(c_last_ptr + bh * DQK * DV + state_offs, state)
+    store_state(c_last_ptr + bh * DQK * DV + state_offs, state, offs_k, offs_v, DQK, BK, DV, BV)
     if TRACK_N:
         if writes_vectors:
-            tl.store(n_last_ptr + bh * DQK + offs_k, tl.max(norm_cols, 1))
+            store_vector(n_last_ptr + bh * DQK + offs_k, tl.max(norm_cols, 1), offs_k, DQK, BK)
     if STABILIZE:
         if writes_vectors & (pid_k == 0):
             tl.store(m_ptr + bh * (NC + 1) + NC, m_state)
@@ -255,7 +319,7 @@ def chunk_outputs_kernel(
     offs_dk = tl.arange(0, BK)
     offs_v = pid_v * BV + tl.arange(0, BV)
     c_base = c_ptr + (bh * NC + chunk) * DQK * DV
-    c_first = tl.load(c_base + offs_dk[:, None] * DV + offs_v[None, :])
+    c_first = load_state(c_base + offs_dk[:, None] * DV + offs_v[None, :], offs_dk, offs_v, DQK, BK, DV, BV)
     for q_tile in tl.static_range(Q_TILES):
         _chunk_output_tile(
             q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, g_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr,
@@ -303,33 +367,37 @@ def _chunk_output_tile(
             q_gate = tl.full([BLQ], qk_scale, dtype=tl.float32)
     else:
         q_gate = tl.exp(b_q) * qk_scale
-    q_first = tl.load(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :])
+    q_first = load_cols(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :], offs_dk, DQK, BK)
     q_gated = (q_first.to(tl.float32) * q_gate[:, None]).to(q_first.dtype)
     h_acc = tl.dot(q_gated, c_first.to(q_first.dtype))
     n_acc = tl.zeros([BLQ], dtype=tl.float32)
     if NORMALIZE:
-        n_acc += tl.sum(q_gated.to(tl.float32) * tl.load(n_base + offs_dk)[None, :], 1)
+        n_acc += tl.sum(q_gated.to(tl.float32) * load_vector(n_base + offs_dk, offs_dk, DQK, BK)[None, :], 1)
     for dk in range(BK, DQK, BK):
-        q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
+        dk_offs = dk + offs_dk
+        q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + dk_offs[None, :], dk_offs, DQK, BK)
         q_gated = (q_tile.to(tl.float32) * q_gate[:, None]).to(q_tile.dtype)
-        c_tile = tl.load(c_base + (dk + offs_dk)[:, None] * DV + offs_v[None, :])
+        c_tile = load_state(c_base + dk_offs[:, None] * DV + offs_v[None, :], dk_offs, offs_v,
+                            DQK, BK, DV, BV)
         h_acc += tl.dot(q_gated, c_tile.to(q_tile.dtype))
         if NORMALIZE:
-            n_acc += tl.sum(q_gated.to(tl.float32) * tl.load(n_base + dk + offs_dk)[None, :], 1)
+            n_tile = load_vector(n_base + dk_offs, dk_offs, DQK, BK)
+            n_acc += tl.sum(q_gated.to(tl.float32) * n_tile[None, :], 1)
 
     num_kv_tiles = (pid_q + 1) * BLQ // BLKV
     for kv_tile in range(0, num_kv_tiles):
         t_kv = chunk * L + kv_tile * BLKV + offs_kv
-        k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + offs_dk[None, :])
+        k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + offs_dk[None, :], offs_dk, DQK, BK)
         scores = tl.dot(q_first, tl.trans(k_tile))
         for dk in range(BK, DQK, BK):
-            q_tile = tl.load(q_base + t_q[:, None] * stride_q_t + (dk + offs_dk)[None, :])
-            k_tile = tl.load(k_base + t_kv[:, None] * stride_k_t + (dk + offs_dk)[None, :])
+            dk_offs = dk + offs_dk
+            q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + dk_offs[None, :], dk_offs, DQK, BK)
+            k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + dk_offs[None, :], dk_offs, DQK, BK)
             scores += tl.dot(q_tile, tl.trans(k_tile))
         b_kv = tl.load(b_ptr + bh * T + t_kv)
         ig_kv = tl.load(ig_ptr + bh * T + t_kv)
         causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
-        v_tile = tl.load(v_base + t_kv[:, None] * stride_v_t + offs_v[None, :])
+        v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + offs_v[None, :], offs_v, DV, BV)
         if STABILIZE and PREFIX_MAX:
             gate_log = tl.where(causal, row_log[:, None] + (ig_kv - b_kv)[None, :], float("-inf"))
         else:
@@ -359,4 +427,5 @@ def _chunk_output_tile(
             if STABILIZE:
                 tl.store(m_comb_ptr + bh * T + t_q, m_run)
     h_base = h_ptr + batch * stride_h_b + head * stride_h_h
-    tl.store(h_base + t_q[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty))
+    store_cols(h_base + t_q[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty), offs_v,
+               DV, BV)

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
+import triton
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_bwd, triton_fwd
@@ -23,6 +24,7 @@ from tflabench.kernels.mlstm.launch import (
     contiguous_last,
     empty_with_strides_of,
     gate_grads,
+    head_dim_block,
     largest_pow2_block,
     token_strides,
 )
@@ -90,9 +92,11 @@ class Tiling:
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, variant: str = "sig",
-                limit: bool = False) -> Tiling:
+                limit: bool = False, exact_head_blocks: bool = False) -> Tiling:
         """The fastest tiling measured on an H200 for Dqk 128 / Dv 256 (results/perf-log.md), generalized
-        to other head dims by taking the largest power-of-two blocks that divide them. mLSTMexp's output
+        to other head dims by taking the largest power-of-two blocks that divide them, or masked wider ones
+        where those are narrower than 64 (`launch.head_dim_block`; exact_head_blocks: the dividing ones
+        always, the blocks of the kernels before v13). mLSTMexp's output
         kernel takes key/value tiles of 32 at Dv <= 64 (at 32 x 64/64, T = 8k, forward 3-11 % faster than
         64) and mLSTMsig's 64 above (16 x 128/256: 1-5 % faster than 32; H200,
         results/h200/ab-exp-prefix-max).
@@ -121,22 +125,23 @@ class Tiling:
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
         head_block = 64 if tile >= 128 else 128
         wide_qk = head_dim_qk > 128 and not limit
-        value_block = largest_pow2_block(head_dim_v, head_block)
+        block_of = largest_pow2_block if exact_head_blocks else head_dim_block
+        value_block = block_of(head_dim_v, head_block)
         return cls(
             chunk=chunk,
             block_state=min(128, chunk),
-            state_block_qk=largest_pow2_block(head_dim_qk, 64),
-            state_block_v=largest_pow2_block(head_dim_v, 128),
+            state_block_qk=block_of(head_dim_qk, 64),
+            state_block_v=block_of(head_dim_v, 128),
             block_q=tile,
             block_kv=tile,
-            block_qk=largest_pow2_block(head_dim_qk, head_block),
+            block_qk=block_of(head_dim_qk, head_block),
             block_v=value_block,
             num_stages=2,
             out_num_stages=1 if wide_qk else 2,
             out_block_kv=out_tile,
             out_block_v=value_block,
             out_q_tiles=1 if limit or wide_qk or chunk < 2 * tile else 2,
-            dv_block_v=value_block if limit else largest_pow2_block(head_dim_v, 256),
+            dv_block_v=value_block if limit else block_of(head_dim_v, 256),
             fused_dkdv=small_heads,
             fused_dq=small_heads,
             dkdv_block_kv=tile,
@@ -170,12 +175,6 @@ class Tiling:
         if self.out_q_tiles < 1 or self.chunk % (self.block_q * self.out_q_tiles):
             raise InputError(f"tiling: out_q_tiles ({self.out_q_tiles}) query tiles of {self.block_q} must "
                              f"divide the chunk ({self.chunk})")
-        pairs = ((self.block_qk, self.block_v), (self.block_qk, self.out_block_v),
-                 (self.block_qk, self.dv_block_v), (self.state_block_qk, self.state_block_v))
-        for qk_block, v_block in pairs:
-            if head_dim_qk % qk_block or head_dim_v % v_block:
-                raise InputError(f"tiling: head-dim blocks {qk_block}/{v_block} must divide the head dims "
-                                 f"{head_dim_qk}/{head_dim_v}")
 
 
 def _chunk_launch(tile_blocks_0: int, tile_blocks_1: int, chunk_programs: int) -> tuple[tuple[int], dict]:
@@ -240,7 +239,7 @@ def _chunk_states(k, v, log_f_cumsum, log_i, chunk_max, initial, tiling: Tiling,
     norms = torch.empty(B * H, NC, DQK, device=device, dtype=torch.float32) if track_n else c_last
     maxes = torch.zeros(B * H, NC + 1, device=device, dtype=torch.float32)
     c0, n0, m0 = _initial_or_placeholder(initial, c_last)
-    grid = (DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)
+    grid = (triton.cdiv(DQK, tiling.state_block_qk), triton.cdiv(DV, tiling.state_block_v), B * H)
     triton_fwd.chunk_states_kernel[grid](
         k, v, log_f_cumsum, log_i, log_i if chunk_max is None else chunk_max, c0, n0, m0,
         states, norms, maxes, c_last, n_last,
@@ -267,7 +266,7 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
     query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
-    grid, tiles = _chunk_launch(DV // tiling.out_block_v, query_tile_groups, NC * B * H)
+    grid, tiles = _chunk_launch(triton.cdiv(DV, tiling.out_block_v), query_tile_groups, NC * B * H)
     triton_fwd.chunk_outputs_kernel[grid](
         q, k, v, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, states, norms, maxes, h, denom,
         m_comb,
@@ -302,7 +301,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
     gates = (fwd.log_f_cumsum, fwd.log_i, fwd.maxes, fwd.m_comb, fwd.denom)
     strides_qkvh = (*token_strides(q), *token_strides(k), *token_strides(v), *token_strides(dh))
     bh_shape = (B * H, T)
-    num_qk_blocks = DQK // tiling.block_qk
+    num_qk_blocks = triton.cdiv(DQK, tiling.block_qk)
 
     dq = empty_with_strides_of(q)
     fused_dq = fwd.states is None and tiling.uses_fused_dq(DQK, DV)
@@ -322,7 +321,8 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
     dstates = torch.empty(B * H, NC, DQK, DV, device=q.device, dtype=fwd.state_dtype)
     dc0 = torch.empty(B * H, DQK, DV, device=q.device, dtype=torch.float32)
     has_dc_last = dc_last is not None
-    triton_bwd.chunk_state_grads_kernel[(DQK // tiling.state_block_qk, DV // tiling.state_block_v, B * H)](
+    state_grid = (triton.cdiv(DQK, tiling.state_block_qk), triton.cdiv(DV, tiling.state_block_v), B * H)
+    triton_bwd.chunk_state_grads_kernel[state_grid](
         q, dh, fwd.log_f_cumsum, fwd.maxes, fwd.m_comb, fwd.denom,
         dc_last if has_dc_last else dc0, dstates, dc0,
         *token_strides(q), *token_strides(dh), T, H, NC, qk_scale,
@@ -346,7 +346,8 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
             q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale, **tiles,
             **dims, **blocks, **flags, **launch,
         )
-        grid, tiles = _chunk_launch(DV // tiling.dv_block_v, tiling.chunk // tiling.block_kv, NC * B * H)
+        grid, tiles = _chunk_launch(triton.cdiv(DV, tiling.dv_block_v), tiling.chunk // tiling.block_kv,
+                                    NC * B * H)
         triton_bwd.chunk_dv_kernel[grid](
             q, k, dh, *gates, dstates, dv,
             *token_strides(q), *token_strides(k), *token_strides(dh), *token_strides(dv),
@@ -364,7 +365,7 @@ def _states_dq(k, v, dh, fwd: _Forward, initial, dq, tiling: Tiling, qk_scale: f
     DV = v.shape[-1]
     stabilize = fwd.chunk_max is not None
     c0, _, m0 = _initial_or_placeholder(initial, dq)
-    triton_bwd.chunk_states_dq_kernel[(DQK // tiling.state_block_qk, B * H)](
+    triton_bwd.chunk_states_dq_kernel[(triton.cdiv(DQK, tiling.state_block_qk), B * H)](
         k, v, dh, fwd.log_f_cumsum, fwd.log_i, fwd.chunk_max if stabilize else fwd.log_i, fwd.maxes,
         fwd.m_comb, fwd.denom, c0, m0, dq,
         *token_strides(k), *token_strides(v), *token_strides(dh), *token_strides(dq),
