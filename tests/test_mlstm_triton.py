@@ -298,6 +298,20 @@ def test_fused_chunk_with_its_own_backward_kernels(variant, normalize, chunk_siz
                              backward="fused")
 
 
+@pytest.mark.parametrize("variant, normalize", CELLS)
+@pytest.mark.parametrize("block_v", [32, 64])
+def test_fused_forward_with_value_blocks_that_do_not_divide_dv(variant, normalize, block_v):
+    """The fused forward's value blocks masked past Dv (48: a full and a half-masked block of 32, or one
+    block of 64), from an initial state, with TFLA's backward: h, the final state and every gradient."""
+    shape = replace(SMALL, head_dim_qk=32, head_dim_v=48)
+    problem = make_problem(seed=15, shape=shape, initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    tiling = replace(FusedTiling.default(16, shape.head_dim_qk, shape.head_dim_v, variant=variant),
+                     block_v=block_v)
+    kernel = run(partial(mlstm_fused_chunk, **cell, chunk_size=16, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
 def _fused_against_reference(variant, normalize, chunk_size, gates, initial_state, seed, **tiling_fields):
     """fused_chunk with its default tiling changed by ``tiling_fields`` against the float64 reference,
     every output and gradient, Dqk 48 padded to 64."""

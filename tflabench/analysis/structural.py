@@ -620,7 +620,7 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
 
     p, e = problem, problem.element_bytes
     dqk, bv, chunks = next_pow2(p.head_dim_qk), tiling.block_v, p.seq_len // chunk
-    programs = (p.head_dim_v // bv) * p.rows
+    programs = _blocks(p.head_dim_v, bv) * p.rows
     launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
                     dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e,
                     kernel="fused_forward_kernel", loop_trips=chunks,

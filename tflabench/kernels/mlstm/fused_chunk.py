@@ -39,10 +39,11 @@ class FusedTiling:
     """Launch parameters of the fused-chunk kernels (block sizes are powers of two >= 16).
 
     chunk: L, one tile (<= 128). Forward: block_v (BV, the value columns of one program; its state tile is
-    [Dqk, BV]), num_warps, num_stages. Backward: dq_block_qk and dk_block_qk (BK: the dQ and dK programs
-    keep a [BK, Dv] state tile), dv_block_v (BV of the dV program, a [Dqk, BV] tile), bwd_num_warps,
-    bwd_num_stages. backward: "tfla" (TFLA's backward kernels, `xl_chunk.tfla_backward`, fed with this
-    forward's row statistics) or "fused" (the kernels of `triton_fused`, state gradients on chip).
+    [Dqk, BV]; where it does not divide Dv, the columns past Dv are masked), num_warps, num_stages.
+    Backward: dq_block_qk and dk_block_qk (BK: the dQ and dK programs keep a [BK, Dv] state tile),
+    dv_block_v (BV of the dV program, a [Dqk, BV] tile), bwd_num_warps, bwd_num_stages. backward: "tfla"
+    (TFLA's backward kernels, `xl_chunk.tfla_backward`, fed with this forward's row statistics) or "fused"
+    (the kernels of `triton_fused`, state gradients on chip).
     lean_gate: the forward's intra-chunk gates without a live [L, L] log-gate (`triton_fused._lean_gates`),
     the mLSTMexp default (see `default`); mLSTMsig keeps the masked log-gate (`_masked_gates`) until the
     lean one is timed there. fused_dq: TFLA's backward takes its default tiling, with `xl_chunk.Tiling`'s
@@ -91,8 +92,10 @@ class FusedTiling:
         if self.chunk > FUSED_CHUNK_MAX:
             raise InputError(f"fused_chunk supports chunk_size <= {FUSED_CHUNK_MAX} (a chunk is one SRAM "
                              f"tile), got {self.chunk}")
-        for name, dim in (("block_v", head_dim_v), ("dv_block_v", head_dim_v),
-                          ("dq_block_qk", head_dim_qk), ("dk_block_qk", head_dim_qk)):
+        if self.block_v < 16 or self.block_v & (self.block_v - 1):
+            raise InputError(f"fused tiling block_v={self.block_v} must be a power of two >= 16")
+        for name, dim in (("dv_block_v", head_dim_v), ("dq_block_qk", head_dim_qk),
+                          ("dk_block_qk", head_dim_qk)):
             block = getattr(self, name)
             if block < 16 or block & (block - 1) or dim % block:
                 raise InputError(f"fused tiling {name}={block} must be a power of two >= 16 dividing {dim}")
@@ -129,7 +132,7 @@ def _forward(q, k, v, i, f, initial, config: _Config):
     n_last = torch.zeros(B * H, DQK, device=device, dtype=torch.float32)
     c0, n0, m0 = initial if initial is not None else (c_last, n_last, maxes)
     gate_strides, flags = _common_args(i, config)
-    blocks = DV // tiling.block_v
+    blocks = -(-DV // tiling.block_v)
     triton_fused.fused_forward_kernel[(blocks * B * H,)](
         q, k, v, i, f, c0, n0, m0, h, row_stats[0], row_stats[1], maxes, c_last, n_last,
         *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h), *gate_strides,

@@ -25,7 +25,15 @@ DV_P) with masked loads and stores. Tensors: q, k [B, T, H, Dqk]; v, h, dh [B, T
 import triton
 import triton.language as tl
 
-from tflabench.kernels.mlstm.triton_fwd import _last, _log_sigmoid, _maximum
+from tflabench.kernels.mlstm.triton_fwd import (
+    _last,
+    _log_sigmoid,
+    _maximum,
+    load_cols,
+    load_state,
+    store_cols,
+    store_state,
+)
 
 
 @triton.jit
@@ -212,7 +220,7 @@ def fused_forward_kernel(
     writes_rows = pid_v == 0
 
     if HAS_INITIAL:
-        state = tl.load(c0_ptr + bh * DQK * DV + state_offs, mask=k_mask[:, None], other=0.0)
+        state = load_state(c0_ptr + bh * DQK * DV + state_offs, offs_k, offs_v, DQK, DQK_P, DV, BV)
         norm = tl.load(n0_ptr + bh * DQK + offs_k, mask=k_mask, other=0.0)
         m_state = tl.load(m0_ptr + bh)
     else:
@@ -230,7 +238,7 @@ def fused_forward_kernel(
         b, ig, decay = _chunk_gates(i_ptr, f_ptr, gate_base, stride_gate_t, t, L, SIG_INPUT_GATE)
         q = tl.load(q_base + t[:, None] * stride_q_t + offs_k[None, :], mask=k_mask[None, :], other=0.0)
         k = tl.load(k_base + t[:, None] * stride_k_t + offs_k[None, :], mask=k_mask[None, :], other=0.0)
-        v = tl.load(v_base + t[:, None] * stride_v_t + offs_v[None, :])
+        v = load_cols(v_base + t[:, None] * stride_v_t + offs_v[None, :], offs_v, DV, BV)
 
         if STABILIZE and writes_rows:
             tl.store(m_ptr + bh * (NC + 1) + chunk, m_state)
@@ -240,11 +248,12 @@ def fused_forward_kernel(
             tl.store(denom_ptr + bh * T + t, denom)
             if STABILIZE:
                 tl.store(m_comb_ptr + bh * T + t, m_comb)
-        tl.store(h_base + t[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty))
+        h_tile = h_acc.to(h_ptr.dtype.element_ty)
+        store_cols(h_base + t[:, None] * stride_h_t + offs_v[None, :], h_tile, offs_v, DV, BV)
         state, norm, m_state = chunk_state_update(k, v, b, ig, decay, state, norm, m_state, STABILIZE,
                                                   NORMALIZE)
 
-    tl.store(c_last_ptr + bh * DQK * DV + state_offs, state, mask=k_mask[:, None])
+    store_state(c_last_ptr + bh * DQK * DV + state_offs, state, offs_k, offs_v, DQK, DQK_P, DV, BV)
     if writes_rows:
         if NORMALIZE:
             tl.store(n_last_ptr + bh * DQK + offs_k, norm, mask=k_mask)
