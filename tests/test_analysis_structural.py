@@ -323,17 +323,21 @@ def test_former_defaults_give_the_kernels_of_their_version():
     assert v6["head_dim_blocks"] == "exact"
 
 
-@pytest.mark.parametrize("version, blocks", [(None, (128, 128, 64)), ("v13", (128, 128, 64)),
-                                             ("v12", (32, 32, 32)), ("v9", (32, 32, 32))])
-def test_head_dim_blocks_at_96_are_masked_since_v13(version, blocks):
-    """At 96/96 the kernels before v13 took the 32-wide blocks dividing 96; the model of a row takes its
-    version's (block_qk, out_block_v, state_block_qk), at 64/64 the same for every version."""
+@pytest.mark.parametrize("version, blocks, fused_block_v", [
+    (None, (128, 128, 64), 64), ("v14", (128, 128, 64), 64), ("v13", (128, 128, 64), 32),
+    ("v12", (32, 32, 32), 32), ("v9", (32, 32, 32), 32)])
+def test_head_dim_blocks_at_96_are_masked_since_v13(version, blocks, fused_block_v):
+    """At 96/96 the TFLA kernels before v13 took the 32-wide blocks dividing 96, the fused forward before
+    v14 its 32-wide value blocks; the model of a row takes its version's (block_qk, out_block_v,
+    state_block_qk) and fused block_v, at 64/64 the same for every version."""
     from tflabench.analysis import model_check
 
     problem = structural.Problem(16, 4096, 24, 96, 96, variant="sig")
     fields = model_check.row_tiling(version, "sig", None, (96, 96))
     tiling = structural.modelled_tiling(problem, "xl_chunk", 128, fields)
     assert (tiling.block_qk, tiling.out_block_v, tiling.state_block_qk) == blocks
+    fused = structural.modelled_tiling(problem, "fused_chunk", 64, fields)
+    assert (fused.block_v, fused.dv_block_v) == (fused_block_v, 32)
     small = structural.Problem(16, 4096, 24, 64, 64, variant="sig")
     former = structural.modelled_tiling(small, "xl_chunk", 128, model_check.row_tiling(version, "sig", None))
     assert former.block_qk == structural.modelled_tiling(small, "xl_chunk", 128).block_qk == 64

@@ -136,7 +136,7 @@ def _cuda_facts(index: int | None) -> tuple[str, int]:
 def fused_programs(shape: Shape) -> int:
     """Programs of the fused forward launch: B * H * (value blocks of its default tiling)."""
     value_block, _ = fused_state_blocks(shape.head_dim_qk, shape.head_dim_v)
-    return shape.batch * shape.heads * shape.head_dim_v // value_block
+    return shape.batch * shape.heads * -(-shape.head_dim_v // value_block)
 
 
 def _chunk_sizes(seq_len: int) -> list[int]:

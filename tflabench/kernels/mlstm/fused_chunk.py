@@ -66,8 +66,11 @@ class FusedTiling:
     fused_dq: bool = True
 
     @classmethod
-    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, variant: str = "sig") -> FusedTiling:
-        """State tiles of at most `launch.STATE_TILE_ELEMENTS` fp32 values (`launch.fused_state_blocks`).
+    def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, variant: str = "sig",
+                exact_head_blocks: bool = False) -> FusedTiling:
+        """State tiles of at most `launch.STATE_TILE_ELEMENTS` fp32 values (`launch.fused_state_blocks`): the
+        forward's value blocks masked where none of 64 or more divides Dv (exact_head_blocks: the dividing
+        ones, the forward of the kernels before v14), the backward's dividing the head dims.
 
         The mLSTMexp forward keeps the running max and the normalizer on chip besides the state. It runs 8
         warps (`EXP_FORWARD_WARPS`): at 4 warps it spills 520-1752 bytes per thread at L = 64 and head
@@ -82,11 +85,12 @@ class FusedTiling:
         lean ones: 26-28 % faster at 32 x 64/64 and 44-46 % at 16 x 128/256 (L = 64, T = 2k and 8k,
         forward, H100: results/h100/ab-exp-fused-lean-gate).
         """
-        value_block, qk_block = fused_state_blocks(head_dim_qk, head_dim_v)
+        value_block, _ = fused_state_blocks(head_dim_qk, head_dim_v, masked_values=not exact_head_blocks)
+        dividing_value_block, qk_block = fused_state_blocks(head_dim_qk, head_dim_v, masked_values=False)
         exp = variant == "exp"
         warps = EXP_FORWARD_WARPS if exp and not exp_forward_four_warps(chunk, head_dim_qk) else 4
         return cls(chunk=chunk, block_v=value_block, num_warps=warps, dq_block_qk=qk_block,
-                   dk_block_qk=qk_block, dv_block_v=value_block, lean_gate=exp)
+                   dk_block_qk=qk_block, dv_block_v=dividing_value_block, lean_gate=exp)
 
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         if self.chunk > FUSED_CHUNK_MAX:

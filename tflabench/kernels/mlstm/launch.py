@@ -41,7 +41,8 @@ NARROWEST_EXACT_BLOCK = 64
 
 
 def head_dim_block(dim: int, cap: int) -> int:
-    """The TFLA kernels' block of a head dim (dim a multiple of 16): the largest power of two <= cap
+    """The TFLA kernels' block of a head dim, and the fused forward's value block (dim a multiple of 16): the
+    largest power of two <= cap
     dividing it, unless that is narrower than both `NARROWEST_EXACT_BLOCK` and the dim; then the masked
     block min(cap, next_pow2(dim)), whose columns past the head dim the kernels read as zeros (`triton_fwd.
     load_cols`): 64 or 128 at 96 instead of 32, 64 at 48 and 80 instead of 16. The reference kernels mask
@@ -57,12 +58,15 @@ def next_pow2(dim: int) -> int:
     return 1 << (dim - 1).bit_length()
 
 
-def fused_state_blocks(head_dim_qk: int, head_dim_v: int) -> tuple[int, int]:
+def fused_state_blocks(head_dim_qk: int, head_dim_v: int, masked_values: bool = True) -> tuple[int, int]:
     """(value block BV of the [Dqk, BV] state tiles, Dqk block BK of the [BK, Dv] ones) of the fused-chunk
-    kernels: tiles of at most STATE_TILE_ELEMENTS, blocks from 16 to 128 (BK: 64) dividing the head dims."""
+    kernels: tiles of at most STATE_TILE_ELEMENTS, blocks from 16 to 128 (BK: 64) dividing the head dims,
+    except BV with masked_values, the forward's (`head_dim_block`: 64 at 96 instead of 32; mLSTMsig's fused
+    forward at 24 x 96/96 1.67 -> 1.21 ms, results/perf-log.md, v14)."""
     value_cap = max(16, min(128, STATE_TILE_ELEMENTS // next_pow2(head_dim_qk)))
     qk_cap = max(16, min(64, STATE_TILE_ELEMENTS // next_pow2(head_dim_v)))
-    return largest_pow2_block(head_dim_v, value_cap), largest_pow2_block(head_dim_qk, qk_cap)
+    value_block = (head_dim_block if masked_values else largest_pow2_block)(head_dim_v, value_cap)
+    return value_block, largest_pow2_block(head_dim_qk, qk_cap)
 
 
 def token_strides(x: torch.Tensor) -> tuple[int, int, int]:
