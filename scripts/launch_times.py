@@ -8,7 +8,7 @@ Triton kernel they run. Kernels of torch operations (the gate gradients, casts) 
 
     python scripts/launch_times.py --gpu h100 --batch 8 --seq-len 8192 --heads 16 --head-dim-qk 128 \\
         --head-dim-v 256 --variant sig --mode fwdbw --chunk-sizes 128,256 [--algorithm reference] \\
-        [--json FILE]
+        [--tiling TEXT] [--json FILE]
 
 ``--algorithm reference`` times mlstm_kernels' mLSTMsig xl_chunk instead (on contiguous head-first copies, as
 the harness calls it), beside the model of the reference's launches.
@@ -29,12 +29,12 @@ from tflabench.analysis import structural
 TORCH_OPS = "torch ops"
 
 
-def predicted_kernel_us(problem: structural.Problem, algorithm: str, chunk: int,
-                        rates: structural.Rates) -> dict[str, float]:
-    """Microseconds per call of each kernel the model launches, its launches of one kernel summed; the
-    launches that name no Triton kernel under `TORCH_OPS`."""
+def predicted_kernel_us(problem: structural.Problem, algorithm: str, chunk: int, rates: structural.Rates,
+                        tiling: str | None = None) -> dict[str, float]:
+    """Microseconds per call of each kernel the model launches (with ``tiling``), its launches of one
+    kernel summed; the launches that name no Triton kernel under `TORCH_OPS`."""
     per_kernel: dict[str, float] = defaultdict(float)
-    for launch in structural.launches(problem, algorithm, chunk):
+    for launch in structural.launches(problem, algorithm, chunk, tiling):
         per_kernel[launch.kernel or TORCH_OPS] += structural.launch_time(launch, rates).seconds * 1e6
     return dict(per_kernel)
 
@@ -92,12 +92,22 @@ def _timed_call(forward: Callable[[], object], leaves: tuple, mode: str) -> Call
     return call
 
 
-def _mlstm_call(inputs, variant: str, chunk: int, mode: str) -> Callable[[], tuple | None]:
-    """`_timed_call` of our xl_chunk kernel on ``inputs`` (q, k, v, i, f)."""
+def _mlstm_call(inputs, variant: str, chunk: int, mode: str,
+                tiling: str | None = None) -> Callable[[], tuple | None]:
+    """`_timed_call` of our xl_chunk kernel on ``inputs`` (q, k, v, i, f), with a tiling text (a named
+    candidate or FIELD=VALUE overrides, `kernels.mlstm.tilings`) instead of the default where given."""
     from tflabench.kernels import mlstm
+    from tflabench.kernels.mlstm import tilings
+    from tflabench.kernels.mlstm.xl_chunk import mlstm_xl_chunk
 
-    return _timed_call(lambda: mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk),
-                       inputs, mode)
+    if tiling is None:
+        return _timed_call(lambda: mlstm(*inputs, variant=variant, algorithm="xl_chunk", chunk_size=chunk),
+                           inputs, mode)
+    q, _, v, _, _ = inputs
+    options = tilings.launch_options("xl_chunk", tiling, chunk=chunk, head_dim_qk=q.shape[-1],
+                                     head_dim_v=v.shape[-1], variant=variant)
+    return _timed_call(lambda: mlstm_xl_chunk(*inputs, variant=variant, chunk_size=chunk, normalize=False,
+                                              eps=1e-6, **options), inputs, mode)
 
 
 def _reference_call(inputs, chunk: int, mode: str) -> Callable[[], tuple | None]:
@@ -128,10 +138,11 @@ def main() -> None:
     parser.add_argument("--chunk-sizes", default="128,256", help="comma list")
     parser.add_argument("--warmup", type=int, default=3, help="unprofiled calls first (the first compiles)")
     parser.add_argument("--calls", type=int, default=5, help="profiled calls")
+    parser.add_argument("--tiling", help="our kernels with this tiling (a name or FIELD=VALUE,...)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
-    if args.algorithm == "reference" and args.variant != "sig":
-        parser.error("the reference is mLSTMsig only (--variant sig)")
+    if args.algorithm == "reference" and (args.variant != "sig" or args.tiling):
+        parser.error("the reference is mLSTMsig only (--variant sig), at its own tiling")
 
     from profile_forward import make_inputs
 
@@ -147,10 +158,10 @@ def main() -> None:
         if args.algorithm == "reference":
             call = _reference_call(inputs, chunk, args.mode)
         else:
-            call = _mlstm_call(inputs, args.variant, chunk, args.mode)
+            call = _mlstm_call(inputs, args.variant, chunk, args.mode, args.tiling)
         for _ in range(args.warmup):
             call()
-        predicted = predicted_kernel_us(problem, args.algorithm, chunk, rates)
+        predicted = predicted_kernel_us(problem, args.algorithm, chunk, rates, args.tiling)
         rows = compare(measure_kernel_us(call, args.calls), predicted)
         report.append({"chunk_size": chunk, "rows": rows})
         print(f"L = {chunk}: {args.algorithm} {args.variant} {args.mode} {shape}, calibration {args.gpu}")
@@ -162,7 +173,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"problem": shape | {"variant": args.variant, "mode": args.mode},
-                       "algorithm": args.algorithm, "gpu": args.gpu,
+                       "algorithm": args.algorithm, "tiling": args.tiling, "gpu": args.gpu,
                        "chunks": report}, file, indent=2)
 
 
