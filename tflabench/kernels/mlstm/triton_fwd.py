@@ -17,7 +17,10 @@ Three launches per forward pass (docs/reference/mlstm-math.md#chunkwise-form, #t
    as in §6.6, with the two Dqk loops fused: see the kernel's docstring).
 
 Token-major tensors (q, k, v, h, gates) keep the public layout [B, T, H, D] and are addressed through
-strides, so no transpose is needed. Indices: c is the 0-based chunk, states[c] is the state *before*
+strides, so no transpose is needed. Head-dim blocks need not divide the head dims: every head-dim load and
+store goes through `load_cols` / `store_cols` / `load_state` / `store_state` / `load_vector` /
+`store_vector`, which mask the columns past the head dim where a block does not divide it (grids by cdiv;
+"Dqk/BK" below). Indices: c is the 0-based chunk, states[c] is the state *before*
 chunk c (states[0] = initial state); the final state is written separately in fp32.
 """
 
