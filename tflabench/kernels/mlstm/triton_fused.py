@@ -31,6 +31,7 @@ from tflabench.kernels.mlstm.triton_fwd import (
     _maximum,
     load_cols,
     load_state,
+    normalize_rows,
     store_cols,
     store_state,
 )
@@ -142,12 +143,7 @@ def chunk_output(q, k, v, b, ig, state, norm, m_state, offs_l, qk_scale, eps, L:
             n_acc = q_gate * tl.sum(q.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
         else:
             n_acc = tl.sum(q_gated.to(tl.float32) * norm[None, :], 1) + tl.sum(scores, 1)
-        if STABILIZE:
-            lower_bound = tl.exp(-m_comb)
-        else:
-            lower_bound = tl.full([L], 1.0, dtype=tl.float32)
-        denom = tl.maximum(tl.abs(n_acc), lower_bound) + eps
-        h_acc = h_acc / denom[:, None]
+        h_acc, denom = normalize_rows(h_acc, n_acc, m_comb, eps, STABILIZE)
     return h_acc, denom, m_comb
 
 

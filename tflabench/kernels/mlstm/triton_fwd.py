@@ -70,6 +70,18 @@ def _last(x, N: tl.constexpr):
 
 
 @triton.jit
+def normalize_rows(h_acc, n_acc, m_comb, eps, STABILIZE: tl.constexpr):
+    """(h_acc / denom, denom) with each row's denominator max(|n|, exp(-m_comb)) + eps (mLSTMexp;
+    mLSTMsig: max(|n|, 1) + eps, m_comb unused): the output kernel's and the fused forward's.
+    h_acc [R, BV], n_acc and m_comb [R] fp32."""
+    if STABILIZE:
+        denom = tl.maximum(tl.abs(n_acc), tl.exp(-m_comb)) + eps
+    else:
+        denom = tl.maximum(tl.abs(n_acc), 1.0) + eps
+    return h_acc / denom[:, None], denom
+
+
+@triton.jit
 def load_cols(ptrs, cols, D: tl.constexpr, BD: tl.constexpr):
     """tl.load of a [rows, BD] tile whose columns ``cols`` [BD] are a block of a head dim of D. Where BD
     does not divide D (the masked blocks of `xl_chunk.head_dim_block`), the columns past D read as zeros;
@@ -369,6 +381,7 @@ def _chunk_output_tile(
             m_run = m_inter
             q_gate = tl.full([BLQ], qk_scale, dtype=tl.float32)
     else:
+        m_run = tl.zeros([BLQ], dtype=tl.float32)
         q_gate = tl.exp(b_q) * qk_scale
     q_first = load_cols(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :], offs_dk, DQK, BK)
     q_gated = (q_first.to(tl.float32) * q_gate[:, None]).to(q_first.dtype)
@@ -419,12 +432,7 @@ def _chunk_output_tile(
                 n_acc += tl.sum(scores_gated, 1)
 
     if NORMALIZE:
-        if STABILIZE:
-            lower_bound = tl.exp(-m_run)
-        else:
-            lower_bound = tl.full([BLQ], 1.0, dtype=tl.float32)
-        denom = tl.maximum(tl.abs(n_acc), lower_bound) + eps
-        h_acc = h_acc / denom[:, None]
+        h_acc, denom = normalize_rows(h_acc, n_acc, m_run, eps, STABILIZE)
         if pid_v == 0:
             tl.store(denom_ptr + bh * T + t_q, denom)
             if STABILIZE:
