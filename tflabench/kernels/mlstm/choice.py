@@ -25,6 +25,7 @@ from tflabench.kernels.mlstm.launch import (
     EXP_FOUR_WARPS_MAX,
     FUSED_CHUNK_MAX,
     ONE_TILE_CHUNK_MAX,
+    block_count,
     fused_state_blocks,
     next_pow2,
 )
@@ -136,7 +137,7 @@ def _cuda_facts(index: int | None) -> tuple[str, int]:
 def fused_programs(shape: Shape) -> int:
     """Programs of the fused forward launch: B * H * (value blocks of its default tiling)."""
     value_block, _ = fused_state_blocks(shape.head_dim_qk, shape.head_dim_v)
-    return shape.batch * shape.heads * -(-shape.head_dim_v // value_block)
+    return shape.batch * shape.heads * block_count(shape.head_dim_v, value_block)
 
 
 def _chunk_sizes(seq_len: int) -> list[int]:

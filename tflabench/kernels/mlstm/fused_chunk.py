@@ -19,6 +19,7 @@ from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_fused, xl_chunk
 from tflabench.kernels.mlstm.launch import (
     FUSED_CHUNK_MAX,
+    block_count,
     contiguous_last,
     empty_with_strides_of,
     exp_forward_four_warps,
@@ -136,7 +137,7 @@ def _forward(q, k, v, i, f, initial, config: _Config):
     n_last = torch.zeros(B * H, DQK, device=device, dtype=torch.float32)
     c0, n0, m0 = initial if initial is not None else (c_last, n_last, maxes)
     gate_strides, flags = _common_args(i, config)
-    blocks = -(-DV // tiling.block_v)
+    blocks = block_count(DV, tiling.block_v)
     triton_fused.fused_forward_kernel[(blocks * B * H,)](
         q, k, v, i, f, c0, n0, m0, h, row_stats[0], row_stats[1], maxes, c_last, n_last,
         *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h), *gate_strides,

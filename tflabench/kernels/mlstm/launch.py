@@ -53,6 +53,12 @@ def head_dim_block(dim: int, cap: int) -> int:
     return exact if exact >= min(NARROWEST_EXACT_BLOCK, padded) else padded
 
 
+def block_count(dim: int, block: int) -> int:
+    """Blocks of ``block`` covering ``dim``: a launcher's programs (or a kernel's loop trips) over a head dim,
+    the last block masked where ``block`` does not divide it."""
+    return -(-dim // block)
+
+
 def next_pow2(dim: int) -> int:
     """The smallest power of two >= dim (the padded width of a head dim held whole in one tile)."""
     return 1 << (dim - 1).bit_length()

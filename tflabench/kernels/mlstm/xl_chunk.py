@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
-import triton
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_bwd, triton_fwd
 from tflabench.kernels.mlstm.launch import (
     LIMIT_CHUNK_MAX,
+    block_count,
     contiguous_last,
     empty_with_strides_of,
     gate_grads,
@@ -239,7 +239,7 @@ def _chunk_states(k, v, log_f_cumsum, log_i, chunk_max, initial, tiling: Tiling,
     norms = torch.empty(B * H, NC, DQK, device=device, dtype=torch.float32) if track_n else c_last
     maxes = torch.zeros(B * H, NC + 1, device=device, dtype=torch.float32)
     c0, n0, m0 = _initial_or_placeholder(initial, c_last)
-    grid = (triton.cdiv(DQK, tiling.state_block_qk), triton.cdiv(DV, tiling.state_block_v), B * H)
+    grid = (block_count(DQK, tiling.state_block_qk), block_count(DV, tiling.state_block_v), B * H)
     triton_fwd.chunk_states_kernel[grid](
         k, v, log_f_cumsum, log_i, log_i if chunk_max is None else chunk_max, c0, n0, m0,
         states, norms, maxes, c_last, n_last,
@@ -266,7 +266,7 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
     query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
-    grid, tiles = _chunk_launch(triton.cdiv(DV, tiling.out_block_v), query_tile_groups, NC * B * H)
+    grid, tiles = _chunk_launch(block_count(DV, tiling.out_block_v), query_tile_groups, NC * B * H)
     triton_fwd.chunk_outputs_kernel[grid](
         q, k, v, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, states, norms, maxes, h, denom,
         m_comb,
@@ -301,7 +301,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
     gates = (fwd.log_f_cumsum, fwd.log_i, fwd.maxes, fwd.m_comb, fwd.denom)
     strides_qkvh = (*token_strides(q), *token_strides(k), *token_strides(v), *token_strides(dh))
     bh_shape = (B * H, T)
-    num_qk_blocks = triton.cdiv(DQK, tiling.block_qk)
+    num_qk_blocks = block_count(DQK, tiling.block_qk)
 
     dq = empty_with_strides_of(q)
     fused_dq = fwd.states is None and tiling.uses_fused_dq(DQK, DV)
@@ -321,7 +321,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
     dstates = torch.empty(B * H, NC, DQK, DV, device=q.device, dtype=fwd.state_dtype)
     dc0 = torch.empty(B * H, DQK, DV, device=q.device, dtype=torch.float32)
     has_dc_last = dc_last is not None
-    state_grid = (triton.cdiv(DQK, tiling.state_block_qk), triton.cdiv(DV, tiling.state_block_v), B * H)
+    state_grid = (block_count(DQK, tiling.state_block_qk), block_count(DV, tiling.state_block_v), B * H)
     triton_bwd.chunk_state_grads_kernel[state_grid](
         q, dh, fwd.log_f_cumsum, fwd.maxes, fwd.m_comb, fwd.denom,
         dc_last if has_dc_last else dc0, dstates, dc0,
@@ -346,7 +346,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
             q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale, **tiles,
             **dims, **blocks, **flags, **launch,
         )
-        grid, tiles = _chunk_launch(triton.cdiv(DV, tiling.dv_block_v), tiling.chunk // tiling.block_kv,
+        grid, tiles = _chunk_launch(block_count(DV, tiling.dv_block_v), tiling.chunk // tiling.block_kv,
                                     NC * B * H)
         triton_bwd.chunk_dv_kernel[grid](
             q, k, dh, *gates, dstates, dv,
@@ -365,7 +365,7 @@ def _states_dq(k, v, dh, fwd: _Forward, initial, dq, tiling: Tiling, qk_scale: f
     DV = v.shape[-1]
     stabilize = fwd.chunk_max is not None
     c0, _, m0 = _initial_or_placeholder(initial, dq)
-    triton_bwd.chunk_states_dq_kernel[(triton.cdiv(DQK, tiling.state_block_qk), B * H)](
+    triton_bwd.chunk_states_dq_kernel[(block_count(DQK, tiling.state_block_qk), B * H)](
         k, v, dh, fwd.log_f_cumsum, fwd.log_i, fwd.chunk_max if stabilize else fwd.log_i, fwd.maxes,
         fwd.m_comb, fwd.denom, c0, m0, dq,
         *token_strides(k), *token_strides(v), *token_strides(dh), *token_strides(dq),
