@@ -396,11 +396,16 @@ def test_matches_reference_for_other_head_dims(variant, normalize, head_dim_qk, 
 
 
 #: masked head-dim blocks at Dqk 48 / Dv 80: the default's (one 64-wide block over Dqk, one 128-wide block
-#: over Dv) and 32-wide ones (a full block, then a masked one: the kernels' loops over head-dim blocks)
+#: over Dv) and 32-wide ones (a full block, then a masked one: the kernels' loops over head-dim blocks), each
+#: also with the output kernel's tensor descriptors (`out_tma`: their bounds mask instead of the loads')
+_MASKED_DEFAULT = Tiling.default(32, 48, 80)
+_MASKED_32_WIDE = replace(_MASKED_DEFAULT, block_qk=32, block_v=32, out_block_v=32, dv_block_v=32,
+                          state_block_qk=32, state_block_v=32)
 MASKED_TILINGS = [
-    pytest.param(Tiling.default(32, 48, 80), id="default-64-128"),
-    pytest.param(replace(Tiling.default(32, 48, 80), block_qk=32, block_v=32, out_block_v=32, dv_block_v=32,
-                         state_block_qk=32, state_block_v=32), id="32-wide"),
+    pytest.param(_MASKED_DEFAULT, id="default-64-128"),
+    pytest.param(_MASKED_32_WIDE, id="32-wide"),
+    pytest.param(replace(_MASKED_DEFAULT, out_tma=True), id="default-64-128-tma"),
+    pytest.param(replace(_MASKED_32_WIDE, out_tma=True), id="32-wide-tma"),
 ]
 
 

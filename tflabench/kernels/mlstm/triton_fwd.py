@@ -124,6 +124,44 @@ def store_state(ptrs, value, rows, cols, DQK: tl.constexpr, BK: tl.constexpr, DV
 
 
 @triton.jit
+def token_source(ptr, stride_t, T, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, TMA: tl.constexpr):
+    """What `load_token_tile` / `store_token_tile` read from or write to for one (batch, head) of a
+    token-major tensor whose (batch, head) base is ``ptr``: with TMA a tensor descriptor of its [T, D]
+    matrix in blocks of [BT, BD] (Hopper's bulk copies; rows past T and columns past D read as zeros and are
+    not written), else ``ptr`` itself."""
+    if TMA:
+        source = tl.make_tensor_descriptor(ptr, shape=[T, D], strides=[stride_t, 1], block_shape=[BT, BD])
+    else:
+        source = ptr
+    return source
+
+
+@triton.jit
+def load_token_tile(source, stride_t, t0, col0, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+                    TMA: tl.constexpr):
+    """The [BT, BD] tile at tokens t0.. and columns col0.. of a `token_source`."""
+    if TMA:
+        tile = source.load([t0.to(tl.int32), col0])
+    else:
+        rows = t0 + tl.arange(0, BT)
+        cols = col0 + tl.arange(0, BD)
+        tile = load_cols(source + rows[:, None] * stride_t + cols[None, :], cols, D, BD)
+    return tile
+
+
+@triton.jit
+def store_token_tile(source, value, stride_t, t0, col0, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+                     TMA: tl.constexpr):
+    """Store a [BT, BD] tile at tokens t0.. and columns col0.. of a `token_source`."""
+    if TMA:
+        source.store([t0.to(tl.int32), col0], value)
+    else:
+        rows = t0 + tl.arange(0, BT)
+        cols = col0 + tl.arange(0, BD)
+        store_cols(source + rows[:, None] * stride_t + cols[None, :], value, cols, D, BD)
+
+
+@triton.jit
 def load_vector(ptrs, offs, D: tl.constexpr, BD: tl.constexpr):
     """tl.load of a [BD] block of a vector over a head dim of D (`load_cols`)."""
     if D % BD == 0:
@@ -317,6 +355,7 @@ def chunk_outputs_kernel(
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     Q_TILES: tl.constexpr, STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, PREFIX_MAX: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     """Grid `chunk_program` over (DV/BV, L/(BLQ*Q_TILES)). Writes h [B, T, H, DV] and, when NORMALIZE, the
     per-token denominator and (when STABILIZE) m_comb, both [B*H, T] fp32, which the backward pass reuses.
@@ -328,33 +367,48 @@ def chunk_outputs_kernel(
     b + m_{k-1}; the key/value tiles then update them FlashAttention-style. The final running max is m_comb
     of Eq. 99, so no separate combination step (and no second pass over Q) is needed, for mLSTMexp as well
     as mLSTMsig. The first Dqk block of the query tile (all of it when Dqk == BK) is loaded once and reused
-    for every key/value tile.
+    for every key/value tile. TMA: q, k, v, h and the state tiles move through tensor descriptors
+    (`token_source`) instead of pointer tiles.
     """
     pid_v, pid_q_group, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
-    offs_dk = tl.arange(0, BK)
-    offs_v = pid_v * BV + tl.arange(0, BV)
+    q_src = token_source(q_ptr + batch * stride_q_b + head * stride_q_h, stride_q_t, T, DQK, BLQ, BK, TMA)
+    k_src = token_source(k_ptr + batch * stride_k_b + head * stride_k_h, stride_k_t, T, DQK, BLKV, BK, TMA)
+    v_src = token_source(v_ptr + batch * stride_v_b + head * stride_v_h, stride_v_t, T, DV, BLKV, BV, TMA)
+    h_dst = token_source(h_ptr + batch * stride_h_b + head * stride_h_h, stride_h_t, T, DV, BLQ, BV, TMA)
     c_base = c_ptr + (bh * NC + chunk) * DQK * DV
-    c_first = load_state(c_base + offs_dk[:, None] * DV + offs_v[None, :], offs_dk, offs_v, DQK, BK, DV, BV)
+    c_src = token_source(c_base, DV, DQK, DV, BK, BV, TMA)
+    c_first = _load_state_tile(c_src, 0, pid_v, DQK, DV, BK, BV, TMA)
     for q_tile in tl.static_range(Q_TILES):
         _chunk_output_tile(
-            q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, g_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr,
-            m_comb_ptr,
-            stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h,
-            stride_v_b, stride_v_t, stride_v_h, stride_h_b, stride_h_t, stride_h_h,
-            T, NC, qk_scale, eps, pid_v, pid_q_group * Q_TILES + q_tile, bh, chunk, batch, head,
-            DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE, PREFIX_MAX,
+            q_src, k_src, v_src, h_dst, c_src, c_first, b_ptr, ig_ptr, g_ptr, n_ptr, m_ptr, denom_ptr,
+            m_comb_ptr, stride_q_t, stride_k_t, stride_v_t, stride_h_t,
+            T, NC, qk_scale, eps, pid_v, pid_q_group * Q_TILES + q_tile, bh, chunk,
+            DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE, PREFIX_MAX, TMA,
         )
 
 
 @triton.jit
+def _load_state_tile(c_src, dk, pid_v, DQK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
+                     BV: tl.constexpr, TMA: tl.constexpr):
+    """The [BK, BV] tile at rows dk.. and value block pid_v of a chunk's state [DQK, DV] (`token_source`
+    of it with TMA, else its base pointer)."""
+    if TMA:
+        tile = c_src.load([dk, pid_v * BV])
+    else:
+        rows = dk + tl.arange(0, BK)
+        cols = pid_v * BV + tl.arange(0, BV)
+        tile = load_state(c_src + rows[:, None] * DV + cols[None, :], rows, cols, DQK, BK, DV, BV)
+    return tile
+
+
+@triton.jit
 def _chunk_output_tile(
-    q_ptr, k_ptr, v_ptr, b_ptr, ig_ptr, g_ptr, c_base, c_first, n_ptr, m_ptr, h_ptr, denom_ptr, m_comb_ptr,
-    stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h,
-    stride_v_b, stride_v_t, stride_v_h, stride_h_b, stride_h_t, stride_h_h,
-    T, NC, qk_scale, eps, pid_v, pid_q, bh, chunk, batch, head,
+    q_src, k_src, v_src, h_dst, c_src, c_first, b_ptr, ig_ptr, g_ptr, n_ptr, m_ptr, denom_ptr, m_comb_ptr,
+    stride_q_t, stride_k_t, stride_v_t, stride_h_t,
+    T, NC, qk_scale, eps, pid_v, pid_q, bh, chunk,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, PREFIX_MAX: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, PREFIX_MAX: tl.constexpr, TMA: tl.constexpr,
 ):
     """h (and denom, m_comb) of query tile pid_q of a chunk for value block pid_v; c_first: the state
     tile C_{k-1}[:BK, value block] [BK, BV]. mLSTMexp (STABILIZE) with PREFIX_MAX takes m_comb from the
@@ -363,11 +417,8 @@ def _chunk_output_tile(
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_dk = tl.arange(0, BK)
-    offs_v = pid_v * BV + tl.arange(0, BV)
-    t_q = chunk * L + offs_q
-    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
-    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
-    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
+    q_start = chunk * L + pid_q * BLQ
+    t_q = q_start + tl.arange(0, BLQ)
     n_base = n_ptr + (bh * NC + chunk) * DQK
     b_q = tl.load(b_ptr + bh * T + t_q)
 
@@ -383,7 +434,7 @@ def _chunk_output_tile(
     else:
         m_run = tl.zeros([BLQ], dtype=tl.float32)
         q_gate = tl.exp(b_q) * qk_scale
-    q_first = load_cols(q_base + t_q[:, None] * stride_q_t + offs_dk[None, :], offs_dk, DQK, BK)
+    q_first = load_token_tile(q_src, stride_q_t, q_start, 0, DQK, BLQ, BK, TMA)
     q_gated = (q_first.to(tl.float32) * q_gate[:, None]).to(q_first.dtype)
     h_acc = tl.dot(q_gated, c_first.to(q_first.dtype))
     n_acc = tl.zeros([BLQ], dtype=tl.float32)
@@ -391,10 +442,9 @@ def _chunk_output_tile(
         n_acc += tl.sum(q_gated.to(tl.float32) * load_vector(n_base + offs_dk, offs_dk, DQK, BK)[None, :], 1)
     for dk in range(BK, DQK, BK):
         dk_offs = dk + offs_dk
-        q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + dk_offs[None, :], dk_offs, DQK, BK)
+        q_tile = load_token_tile(q_src, stride_q_t, q_start, dk, DQK, BLQ, BK, TMA)
         q_gated = (q_tile.to(tl.float32) * q_gate[:, None]).to(q_tile.dtype)
-        c_tile = load_state(c_base + dk_offs[:, None] * DV + offs_v[None, :], dk_offs, offs_v,
-                            DQK, BK, DV, BV)
+        c_tile = _load_state_tile(c_src, dk, pid_v, DQK, DV, BK, BV, TMA)
         h_acc += tl.dot(q_gated, c_tile.to(q_tile.dtype))
         if NORMALIZE:
             n_tile = load_vector(n_base + dk_offs, dk_offs, DQK, BK)
@@ -402,18 +452,18 @@ def _chunk_output_tile(
 
     num_kv_tiles = (pid_q + 1) * BLQ // BLKV
     for kv_tile in range(0, num_kv_tiles):
-        t_kv = chunk * L + kv_tile * BLKV + offs_kv
-        k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + offs_dk[None, :], offs_dk, DQK, BK)
+        kv_start = chunk * L + kv_tile * BLKV
+        t_kv = kv_start + offs_kv
+        k_tile = load_token_tile(k_src, stride_k_t, kv_start, 0, DQK, BLKV, BK, TMA)
         scores = tl.dot(q_first, tl.trans(k_tile))
         for dk in range(BK, DQK, BK):
-            dk_offs = dk + offs_dk
-            q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + dk_offs[None, :], dk_offs, DQK, BK)
-            k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + dk_offs[None, :], dk_offs, DQK, BK)
+            q_tile = load_token_tile(q_src, stride_q_t, q_start, dk, DQK, BLQ, BK, TMA)
+            k_tile = load_token_tile(k_src, stride_k_t, kv_start, dk, DQK, BLKV, BK, TMA)
             scores += tl.dot(q_tile, tl.trans(k_tile))
         b_kv = tl.load(b_ptr + bh * T + t_kv)
         ig_kv = tl.load(ig_ptr + bh * T + t_kv)
         causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
-        v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + offs_v[None, :], offs_v, DV, BV)
+        v_tile = load_token_tile(v_src, stride_v_t, kv_start, pid_v * BV, DV, BLKV, BV, TMA)
         if STABILIZE and PREFIX_MAX:
             gate_log = tl.where(causal, row_log[:, None] + (ig_kv - b_kv)[None, :], float("-inf"))
         else:
@@ -437,6 +487,4 @@ def _chunk_output_tile(
             tl.store(denom_ptr + bh * T + t_q, denom)
             if STABILIZE:
                 tl.store(m_comb_ptr + bh * T + t_q, m_run)
-    h_base = h_ptr + batch * stride_h_b + head * stride_h_h
-    store_cols(h_base + t_q[:, None] * stride_h_t + offs_v[None, :], h_acc.to(h_ptr.dtype.element_ty), offs_v,
-               DV, BV)
+    store_token_tile(h_dst, h_acc.to(q_first.dtype), stride_h_t, q_start, pid_v * BV, DV, BLQ, BV, TMA)

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
+import triton
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_bwd, triton_fwd
@@ -45,7 +46,9 @@ class Tiling:
     for all of them). out_prefix_max: mLSTMexp's output kernel takes its stabilizer m_comb from a prefix max
     of the log gates that the gate kernel writes (one exp per score, no rescaling) instead of an online max
     over its key/value tiles. dv_block_v: the same choice for the backward's dV kernel (each program
-    recomputes K Q^T for its dv_block_v columns of dV).
+    recomputes K Q^T for its dv_block_v columns of dV). out_tma: the output kernel moves q, k, v, h and the
+    state tiles through tensor descriptors (Hopper's bulk copies, `triton_fwd.token_source`) instead of
+    pointer tiles, where the tensors allow it (`_tma_ready`).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     the default at head dims <= 64 only (see `default`).
@@ -72,6 +75,7 @@ class Tiling:
     out_num_stages: int = 1
     out_q_tiles: int = 1
     out_prefix_max: bool = True
+    out_tma: bool = False
     dv_block_v: int = 64
     state_num_warps: int = 4
     state_num_stages: int = 1
@@ -177,6 +181,24 @@ class Tiling:
                              f"divide the chunk ({self.chunk})")
 
 
+#: bytes to which TMA's base addresses and strides must be aligned
+TMA_ALIGNMENT = 16
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether the kernels may address these [B, T, H, D] tensors through tensor descriptors: every base
+    address, batch, token and head stride a multiple of 16 bytes, the last dim contiguous."""
+    def aligned(x):
+        strides_ok = all(stride * x.element_size() % TMA_ALIGNMENT == 0 for stride in x.stride()[:-1])
+        return x.stride(-1) == 1 and x.data_ptr() % TMA_ALIGNMENT == 0 and strides_ok
+    return all(aligned(x) for x in tensors)
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory of the tensor descriptors that kernels build on the device (`triton.set_allocator`)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def _chunk_launch(tile_blocks_0: int, tile_blocks_1: int, chunk_programs: int) -> tuple[tuple[int], dict]:
     """(grid, tile-count arguments) of a kernel whose 1-D grid `triton_fwd.chunk_program` decodes:
     tile_blocks_0 * tile_blocks_1 programs for each of the chunk_programs = NC * B * H chunks."""
@@ -267,6 +289,9 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
     query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
     grid, tiles = _chunk_launch(block_count(DV, tiling.out_block_v), query_tile_groups, NC * B * H)
+    tma = tiling.out_tma and _tma_ready(q, k, v, h)
+    if tma and q.is_cuda:
+        triton.set_allocator(_scratch)
     triton_fwd.chunk_outputs_kernel[grid](
         q, k, v, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, states, norms, maxes, h, denom,
         m_comb,
@@ -274,7 +299,7 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
         T, H, NC, 1.0 / math.sqrt(DQK), eps, **tiles,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
         BK=tiling.block_qk, BV=tiling.out_block_v, Q_TILES=tiling.out_q_tiles, STABILIZE=stabilize,
-        NORMALIZE=normalize, PREFIX_MAX=prefix_max, num_warps=tiling.out_num_warps,
+        NORMALIZE=normalize, PREFIX_MAX=prefix_max, TMA=tma, num_warps=tiling.out_num_warps,
         num_stages=tiling.out_num_stages,
     )
     return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, chunk_max,
