@@ -49,6 +49,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tflabench.errors import InputError
 
@@ -99,6 +100,9 @@ def _compile_arguments(launch: Launch) -> tuple[dict, dict, dict]:
         elif isinstance(value, torch.Tensor):
             signature[param.name] = POINTER_TYPES[value.dtype]
             attributes[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, TensorDescriptor):
+            block = ",".join(str(size) for size in value.block_shape)
+            signature[param.name] = f"tensordesc<{POINTER_TYPES[value.base.dtype][1:]}[{block}]>"
         elif isinstance(value, bool):
             signature[param.name] = "i1"
         elif isinstance(value, int):

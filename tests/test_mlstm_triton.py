@@ -396,16 +396,12 @@ def test_matches_reference_for_other_head_dims(variant, normalize, head_dim_qk, 
 
 
 #: masked head-dim blocks at Dqk 48 / Dv 80: the default's (one 64-wide block over Dqk, one 128-wide block
-#: over Dv) and 32-wide ones (a full block, then a masked one: the kernels' loops over head-dim blocks), each
-#: also with the output kernel's tensor descriptors (`out_tma`: their bounds mask instead of the loads')
+#: over Dv) and 32-wide ones (a full block, then a masked one: the kernels' loops over head-dim blocks)
 _MASKED_DEFAULT = Tiling.default(32, 48, 80)
-_MASKED_32_WIDE = replace(_MASKED_DEFAULT, block_qk=32, block_v=32, out_block_v=32, dv_block_v=32,
-                          state_block_qk=32, state_block_v=32)
 MASKED_TILINGS = [
     pytest.param(_MASKED_DEFAULT, id="default-64-128"),
-    pytest.param(_MASKED_32_WIDE, id="32-wide"),
-    pytest.param(replace(_MASKED_DEFAULT, out_tma=True), id="default-64-128-tma"),
-    pytest.param(replace(_MASKED_32_WIDE, out_tma=True), id="32-wide-tma"),
+    pytest.param(replace(_MASKED_DEFAULT, block_qk=32, block_v=32, out_block_v=32, dv_block_v=32,
+                         state_block_qk=32, state_block_v=32), id="32-wide"),
 ]
 
 
@@ -421,6 +417,32 @@ def test_masked_head_dim_blocks_match_the_reference(variant, normalize, tiling):
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=32, tiling=tiling), problem, F32)
     assert_close(kernel, run_reference(problem, **cell))
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+def test_output_kernel_through_tensor_descriptors_matches_the_reference(variant, normalize):
+    """The output kernel's tiles through tensor descriptors (`out_tma`) over the [B*T, H*D] matrices: two
+    batches and heads (a tile's row and column offsets), two Dqk blocks, two value blocks, two query tiles
+    per chunk (one and two key/value tiles); every output, gradient and state against the float64
+    reference."""
+    shape = replace(SMALL, batch=2, head_dim_qk=32)
+    tiling = replace(Tiling.default(32, 32, 32, variant=variant), block_q=16, block_kv=16, out_block_kv=16,
+                     block_qk=16, out_block_v=16, out_q_tiles=1, out_tma=True)
+    problem = make_problem(seed=17, shape=shape, initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=32, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
+def test_tensor_descriptors_only_where_blocks_divide_the_head_dims():
+    """`out_tma` falls back to pointer tiles where a head-dim block is masked (a descriptor over the
+    [B*T, H*D] matrix would read the next head's columns) or a tensor is not contiguous."""
+    q = torch.zeros(1, 32, 2, 48)
+    v = torch.zeros(1, 32, 2, 64)
+    tiling = replace(Tiling.default(32, 48, 64), out_tma=True)
+    assert tiling.block_qk == 64 and not xl_chunk._tma_ready(tiling, q, q, v, v)
+    assert xl_chunk._tma_ready(replace(tiling, block_qk=16), q, q, v, v)
+    assert not xl_chunk._tma_ready(replace(tiling, block_qk=16), q, q, v.transpose(1, 2), v)
 
 
 @pytest.mark.parametrize("dim, cap, block", [(96, 64, 64), (96, 128, 128), (48, 128, 64), (80, 64, 64),

@@ -124,40 +124,47 @@ def store_state(ptrs, value, rows, cols, DQK: tl.constexpr, BK: tl.constexpr, DV
 
 
 @triton.jit
-def token_source(ptr, stride_t, T, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, TMA: tl.constexpr):
-    """What `load_token_tile` / `store_token_tile` read from or write to for one (batch, head) of a
-    token-major tensor whose (batch, head) base is ``ptr``: with TMA a tensor descriptor of its [T, D]
-    matrix in blocks of [BT, BD] (Hopper's bulk copies; rows past T and columns past D read as zeros and are
-    not written), else ``ptr`` itself."""
+def token_source(x, stride_b, stride_h, batch, head, T, D: tl.constexpr, TMA: tl.constexpr):
+    """(source, row0, col0) of one (batch, head) of a token-major tensor x [B, T, H, D] for `load_token_tile`
+    / `store_token_tile`: with TMA, x is a tensor descriptor of its [B*T, H*D] matrix (Hopper's bulk copies,
+    `xl_chunk._tma_descriptors`) and the (batch, head) block starts at row batch*T, column head*D; else the
+    (batch, head) base pointer, at (0, 0)."""
     if TMA:
-        source = tl.make_tensor_descriptor(ptr, shape=[T, D], strides=[stride_t, 1], block_shape=[BT, BD])
+        source = x
+        row0 = (batch * T).to(tl.int32)
+        col0 = (head * D).to(tl.int32)
     else:
-        source = ptr
-    return source
+        source = x + batch * stride_b + head * stride_h
+        row0 = 0
+        col0 = 0
+    return source, row0, col0
 
 
 @triton.jit
-def load_token_tile(source, stride_t, t0, col0, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+def load_token_tile(src, stride_t, t0, col, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
                     TMA: tl.constexpr):
-    """The [BT, BD] tile at tokens t0.. and columns col0.. of a `token_source`."""
+    """The [BT, BD] tile at tokens t0.. and columns col.. of a (batch, head) (src: its `token_source`)."""
+    source, row0, col0 = src
     if TMA:
-        tile = source.load([t0.to(tl.int32), col0])
+        tile = source.load([row0 + t0.to(tl.int32), col0 + col])
     else:
         rows = t0 + tl.arange(0, BT)
-        cols = col0 + tl.arange(0, BD)
+        cols = col + tl.arange(0, BD)
         tile = load_cols(source + rows[:, None] * stride_t + cols[None, :], cols, D, BD)
     return tile
 
 
 @triton.jit
-def store_token_tile(source, value, stride_t, t0, col0, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+def store_token_tile(src, value, stride_t, t0, col, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
                      TMA: tl.constexpr):
-    """Store a [BT, BD] tile at tokens t0.. and columns col0.. of a `token_source`."""
+    """Store a [BT, BD] tile at tokens t0.. and columns col.. of a (batch, head) (src: its
+    `token_source`)."""
+    source, row0, col0 = src
     if TMA:
-        source.store([t0.to(tl.int32), col0], value)
+        source.store([row0 + t0.to(tl.int32), col0 + col], value)
     else:
         rows = t0 + tl.arange(0, BT)
-        cols = col0 + tl.arange(0, BD)
+        cols = col + tl.arange(0, BD)
         store_cols(source + rows[:, None] * stride_t + cols[None, :], value, cols, D, BD)
 
 
@@ -371,12 +378,11 @@ def chunk_outputs_kernel(
     (`token_source`) instead of pointer tiles.
     """
     pid_v, pid_q_group, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
-    q_src = token_source(q_ptr + batch * stride_q_b + head * stride_q_h, stride_q_t, T, DQK, BLQ, BK, TMA)
-    k_src = token_source(k_ptr + batch * stride_k_b + head * stride_k_h, stride_k_t, T, DQK, BLKV, BK, TMA)
-    v_src = token_source(v_ptr + batch * stride_v_b + head * stride_v_h, stride_v_t, T, DV, BLKV, BV, TMA)
-    h_dst = token_source(h_ptr + batch * stride_h_b + head * stride_h_h, stride_h_t, T, DV, BLQ, BV, TMA)
-    c_base = c_ptr + (bh * NC + chunk) * DQK * DV
-    c_src = token_source(c_base, DV, DQK, DV, BK, BV, TMA)
+    q_src = token_source(q_ptr, stride_q_b, stride_q_h, batch, head, T, DQK, TMA)
+    k_src = token_source(k_ptr, stride_k_b, stride_k_h, batch, head, T, DQK, TMA)
+    v_src = token_source(v_ptr, stride_v_b, stride_v_h, batch, head, T, DV, TMA)
+    h_dst = token_source(h_ptr, stride_h_b, stride_h_h, batch, head, T, DV, TMA)
+    c_src = _state_source(c_ptr, bh * NC + chunk, DQK, DV, TMA)
     c_first = _load_state_tile(c_src, 0, pid_v, DQK, DV, BK, BV, TMA)
     for q_tile in tl.static_range(Q_TILES):
         _chunk_output_tile(
@@ -388,16 +394,31 @@ def chunk_outputs_kernel(
 
 
 @triton.jit
+def _state_source(c_ptr, state, DQK: tl.constexpr, DV: tl.constexpr, TMA: tl.constexpr):
+    """(source, row0) of state ``state`` of the chunk states [B*H*NC, DQK, DV] for `_load_state_tile`: with
+    TMA, c_ptr is a tensor descriptor of their [B*H*NC*DQK, DV] matrix and the state starts at row
+    state*DQK; else the state's base pointer, at row 0."""
+    if TMA:
+        source = c_ptr
+        row0 = (state * DQK).to(tl.int32)
+    else:
+        source = c_ptr + state * DQK * DV
+        row0 = 0
+    return source, row0
+
+
+@triton.jit
 def _load_state_tile(c_src, dk, pid_v, DQK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
                      BV: tl.constexpr, TMA: tl.constexpr):
-    """The [BK, BV] tile at rows dk.. and value block pid_v of a chunk's state [DQK, DV] (`token_source`
-    of it with TMA, else its base pointer)."""
+    """The [BK, BV] tile at rows dk.. and value block pid_v of a chunk's state [DQK, DV] (c_src: its
+    `_state_source`)."""
+    source, row0 = c_src
     if TMA:
-        tile = c_src.load([dk, pid_v * BV])
+        tile = source.load([row0 + dk, pid_v * BV])
     else:
         rows = dk + tl.arange(0, BK)
         cols = pid_v * BV + tl.arange(0, BV)
-        tile = load_state(c_src + rows[:, None] * DV + cols[None, :], rows, cols, DQK, BK, DV, BV)
+        tile = load_state(source + rows[:, None] * DV + cols[None, :], rows, cols, DQK, BK, DV, BV)
     return tile
 
 

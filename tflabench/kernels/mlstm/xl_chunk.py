@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
-import triton
 
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm import triton_bwd, triton_fwd
@@ -48,7 +47,7 @@ class Tiling:
     over its key/value tiles. dv_block_v: the same choice for the backward's dV kernel (each program
     recomputes K Q^T for its dv_block_v columns of dV). out_tma: the output kernel moves q, k, v, h and the
     state tiles through tensor descriptors (Hopper's bulk copies, `triton_fwd.token_source`) instead of
-    pointer tiles, where the tensors allow it (`_tma_ready`).
+    pointer tiles, where the tensors and blocks allow it (`_tma_ready`).
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     the default at head dims <= 64 only (see `default`).
@@ -185,18 +184,30 @@ class Tiling:
 TMA_ALIGNMENT = 16
 
 
-def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether the kernels may address these [B, T, H, D] tensors through tensor descriptors: every base
-    address, batch, token and head stride a multiple of 16 bytes, the last dim contiguous."""
-    def aligned(x):
-        strides_ok = all(stride * x.element_size() % TMA_ALIGNMENT == 0 for stride in x.stride()[:-1])
-        return x.stride(-1) == 1 and x.data_ptr() % TMA_ALIGNMENT == 0 and strides_ok
-    return all(aligned(x) for x in tensors)
+def _tma_ready(tiling: Tiling, *tensors: torch.Tensor) -> bool:
+    """Whether the output kernel may move these contiguous [B, T, H, D] tensors (q, k, v, h) and the chunk
+    states through tensor descriptors of their [B*T, H*D] matrices: aligned bases and rows, and head-dim
+    blocks that divide the head dims (a block past a head's columns would read the next head's)."""
+    DQK, DV = tensors[0].shape[-1], tensors[-1].shape[-1]
+    aligned = all(x.is_contiguous() and x.data_ptr() % TMA_ALIGNMENT == 0
+                  and x.shape[2] * x.shape[3] * x.element_size() % TMA_ALIGNMENT == 0 for x in tensors)
+    return aligned and DQK % tiling.block_qk == 0 and DV % tiling.out_block_v == 0
 
 
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Global memory of the tensor descriptors that kernels build on the device (`triton.set_allocator`)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+def _tma_descriptors(q, k, v, h, states, tiling: Tiling) -> tuple:
+    """Tensor descriptors of q, k, v, h as [B*T, H*D] matrices and of the states [B*H*NC, Dqk, Dv] as a
+    [B*H*NC*Dqk, Dv] one, in the output kernel's tiles (`triton_fwd.token_source`)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def matrix(x, cols, block_rows, block_cols):
+        return TensorDescriptor(x, [x.numel() // cols, cols], [cols, 1], [block_rows, block_cols])
+
+    H, DQK, DV = q.shape[2], q.shape[3], v.shape[3]
+    return (matrix(q, H * DQK, tiling.block_q, tiling.block_qk),
+            matrix(k, H * DQK, tiling.out_block_kv, tiling.block_qk),
+            matrix(v, H * DV, tiling.out_block_kv, tiling.out_block_v),
+            matrix(h, H * DV, tiling.block_q, tiling.out_block_v),
+            matrix(states, DV, tiling.block_qk, tiling.out_block_v))
 
 
 def _chunk_launch(tile_blocks_0: int, tile_blocks_1: int, chunk_programs: int) -> tuple[tuple[int], dict]:
@@ -289,12 +300,12 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
     query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
     grid, tiles = _chunk_launch(block_count(DV, tiling.out_block_v), query_tile_groups, NC * B * H)
-    tma = tiling.out_tma and _tma_ready(q, k, v, h)
-    if tma and q.is_cuda:
-        triton.set_allocator(_scratch)
+    tma = tiling.out_tma and _tma_ready(tiling, q, k, v, h)
+    q_src, k_src, v_src, h_dst, c_src = _tma_descriptors(q, k, v, h, states, tiling) if tma else (
+        q, k, v, h, states)
     triton_fwd.chunk_outputs_kernel[grid](
-        q, k, v, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, states, norms, maxes, h, denom,
-        m_comb,
+        q_src, k_src, v_src, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, c_src, norms,
+        maxes, h_dst, denom, m_comb,
         *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h),
         T, H, NC, 1.0 / math.sqrt(DQK), eps, **tiles,
         DQK=DQK, DV=DV, L=tiling.chunk, BLQ=tiling.block_q, BLKV=tiling.out_block_kv,
