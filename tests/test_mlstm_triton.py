@@ -420,14 +420,16 @@ def test_masked_head_dim_blocks_match_the_reference(variant, normalize, tiling):
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)
-def test_output_kernel_through_tensor_descriptors_matches_the_reference(variant, normalize):
-    """The output kernel's tiles through tensor descriptors (`out_tma`) over the [B*T, H*D] matrices: two
-    batches and heads (a tile's row and column offsets), two Dqk blocks, two value blocks, two query tiles
-    per chunk (one and two key/value tiles); every output, gradient and state against the float64
-    reference."""
+@pytest.mark.parametrize("kernels", ["out_tma", "bwd_tma"])
+def test_kernels_through_tensor_descriptors_match_the_reference(variant, normalize, kernels):
+    """The output kernel's tiles (`out_tma`) and the dQ, dK and dV kernels' (`bwd_tma`) through tensor
+    descriptors over the [B*T, H*D] matrices: two batches and heads (a tile's row and column offsets), two
+    Dqk blocks, two value blocks (one dV block of two), two query tiles per chunk (one and two key/value
+    tiles); every output, gradient and state against the float64 reference."""
     shape = replace(SMALL, batch=2, head_dim_qk=32)
     tiling = replace(Tiling.default(32, 32, 32, variant=variant), block_q=16, block_kv=16, out_block_kv=16,
-                     block_qk=16, out_block_v=16, out_q_tiles=1, out_tma=True)
+                     block_qk=16, block_v=16, out_block_v=16, dv_block_v=32, out_q_tiles=1,
+                     fused_dkdv=False, fused_dq=False, **{"out_tma": False, kernels: True})
     problem = make_problem(seed=17, shape=shape, initial_state=True)
     cell = dict(variant=variant, normalize=normalize, eps=EPS)
     kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=32, tiling=tiling), problem, F32)
@@ -435,14 +437,13 @@ def test_output_kernel_through_tensor_descriptors_matches_the_reference(variant,
 
 
 def test_tensor_descriptors_only_where_blocks_divide_the_head_dims():
-    """`out_tma` falls back to pointer tiles where a head-dim block is masked (a descriptor over the
+    """The kernels fall back to pointer tiles where a head-dim block is masked (a descriptor over the
     [B*T, H*D] matrix would read the next head's columns) or a tensor is not contiguous."""
     q = torch.zeros(1, 32, 2, 48)
     v = torch.zeros(1, 32, 2, 64)
-    tiling = replace(Tiling.default(32, 48, 64), out_tma=True)
-    assert tiling.block_qk == 64 and not xl_chunk._tma_ready(tiling, q, q, v, v)
-    assert xl_chunk._tma_ready(replace(tiling, block_qk=16), q, q, v, v)
-    assert not xl_chunk._tma_ready(replace(tiling, block_qk=16), q, q, v.transpose(1, 2), v)
+    assert not xl_chunk._tma_ready((q, q, v, v), (48, 64), (64, 64))
+    assert xl_chunk._tma_ready((q, q, v, v), (48, 64), (16, 64))
+    assert not xl_chunk._tma_ready((q, q, v.transpose(1, 2), v), (48, 64), (16, 64))
 
 
 @pytest.mark.parametrize("dim, cap, block", [(96, 64, 64), (96, 128, 128), (48, 128, 64), (80, 64, 64),

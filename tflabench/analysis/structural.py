@@ -333,7 +333,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
 # ---------------------------------------------------------------------------------------------- launches
 def _tfla_tiling(problem: Problem, chunk: int, algorithm: str, tiling: str | dict | None = None):
     """The tiling the kernels run: `Tiling.default` (limit=True for limit_chunk; the head-dim blocks of the
-    kernels before v13 where ``tiling`` sets them, `_exact_head_blocks`) with
+    kernels before v13 and the output kernel's pointer tiles of those before v15 where ``tiling`` sets them,
+    `_former_default_options`) with
     the overrides of ``tiling`` (`tiling_fields`; its fused_chunk fields and state_dtype left out), or the
     reference's."""
     from tflabench.kernels.mlstm.xl_chunk import Tiling
@@ -342,19 +343,19 @@ def _tfla_tiling(problem: Problem, chunk: int, algorithm: str, tiling: str | dic
         return reference_tiling(problem, chunk)
     default = Tiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant,
                              limit=algorithm == "limit_chunk",
-                             exact_head_blocks=_exact_head_blocks(tiling, "xl_chunk"))
+                             **_former_default_options(tiling, "xl_chunk"))
     return dataclasses.replace(default, **_tiling_overrides(tiling, Tiling, "xl_chunk")).for_chunk(chunk)
 
 
 def _fused_tiling(problem: Problem, chunk: int, tiling: str | dict | None = None):
     """fused_chunk's forward tiling: `FusedTiling.default` (the value blocks of the kernels before v14 where
-    ``tiling`` sets them, `_exact_head_blocks`) with the FusedTiling overrides of ``tiling``
+    ``tiling`` sets them, `_former_default_options`) with the FusedTiling overrides of ``tiling``
     (`tiling_fields`); InputError for its own backward (``backward = "fused"``), which the model does not
     cover."""
     from tflabench.kernels.mlstm.fused_chunk import FusedTiling
 
     default = FusedTiling.default(chunk, problem.head_dim_qk, problem.head_dim_v, variant=problem.variant,
-                                  exact_head_blocks=_exact_head_blocks(tiling, "fused_chunk"))
+                                  **_former_default_options(tiling, "fused_chunk"))
     fused = dataclasses.replace(default, **_tiling_overrides(tiling, FusedTiling, "fused_chunk"))
     if fused.backward != "tfla":
         raise InputError(f"fused_chunk with backward {fused.backward!r} is not modelled (TFLA's backward is)")
@@ -380,12 +381,16 @@ def tiling_fields(tiling: str | dict | None) -> dict:
     return {} if tiling in (None, "default") else tilings.overrides(tiling)
 
 
-def _exact_head_blocks(tiling: str | dict | None, algorithm: str) -> bool:
-    """Whether a tiling (a former version's defaults, `kernels.mlstm.tilings.FORMER_DEFAULTS`) takes the
-    head-dim blocks that divide the head dims: ``head_dim_blocks`` or ``ALGORITHM.head_dim_blocks``
-    "exact"."""
+def _former_default_options(tiling: str | dict | None, algorithm: str) -> dict:
+    """The keyword arguments of the algorithm's ``default`` tiling that a tiling (a former version's
+    defaults, `kernels.mlstm.tilings.FORMER_DEFAULTS`) sets: ``exact_head_blocks`` (the head-dim blocks that
+    divide the head dims) where ``head_dim_blocks`` or ``ALGORITHM.head_dim_blocks`` is "exact", and for
+    xl_chunk ``output_descriptors`` (False: the output kernel's pointer tiles) where that is "off"."""
     fields = tiling_fields(tiling)
-    return "exact" in (fields.get("head_dim_blocks"), fields.get(f"{algorithm}.head_dim_blocks"))
+    exact = "exact" in (fields.get("head_dim_blocks"), fields.get(f"{algorithm}.head_dim_blocks"))
+    if algorithm == "fused_chunk":
+        return {"exact_head_blocks": exact}
+    return {"exact_head_blocks": exact, "output_descriptors": fields.get("output_descriptors") != "off"}
 
 
 def _tiling_overrides(tiling: str | dict | None, tiling_class, algorithm: str) -> dict:

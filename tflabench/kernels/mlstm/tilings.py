@@ -20,7 +20,7 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v14"
+KERNELS_VERSION = "v15"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
@@ -35,11 +35,14 @@ KERNELS_VERSION = "v14"
 #: entries, applied only at such head dims: `former_default`); every version before v13 (v12: 035395d) took
 #: the TFLA kernels' head-dim blocks from the divisors of the head dims only (32 at 96: ``head_dim_blocks``
 #: "exact", not a tiling field but `xl_chunk.Tiling.default`'s and `fused_chunk.FusedTiling.default`'s
-#: ``exact_head_blocks``, which the structural model passes on), and every version before v14 (v13: 5377b88)
-#: the fused forward's value blocks (``fused_chunk.head_dim_blocks``).
+#: ``exact_head_blocks``, which the structural model passes on), every version before v14 (v13: 5377b88)
+#: the fused forward's value blocks (``fused_chunk.head_dim_blocks``), and every version before v15 (v14:
+#: 9aeea67) the output kernel's pointer tiles (``output_descriptors`` "off": `xl_chunk.Tiling.default`'s
+#: ``output_descriptors``, its query tiles per program with them).
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
-_EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact"}
+_POINTER_TILES = {"output_descriptors": "off"}
+_EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact", **_POINTER_TILES}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1,
                    **_DQ_KERNEL, **_EXACT_HEAD_BLOCKS},
@@ -54,7 +57,8 @@ FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
             "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
     "v11": {"all": dict(_EXACT_HEAD_BLOCKS), "exp": {}, "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
     "v12": {"all": dict(_EXACT_HEAD_BLOCKS), "exp": {}},
-    "v13": {"all": {"fused_chunk.head_dim_blocks": "exact"}, "exp": {}},
+    "v13": {"all": {"fused_chunk.head_dim_blocks": "exact", **_POINTER_TILES}, "exp": {}},
+    "v14": {"all": dict(_POINTER_TILES), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")

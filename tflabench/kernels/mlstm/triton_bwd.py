@@ -40,8 +40,12 @@ from tflabench.kernels.mlstm.triton_fwd import (
     chunk_program,
     load_cols,
     load_state,
-    store_cols,
+    load_state_tile,
+    load_token_tile,
+    state_source,
     store_state,
+    store_token_tile,
+    token_source,
 )
 
 
@@ -203,31 +207,32 @@ def chunk_dq_kernel(
     T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, TMA: tl.constexpr,
 ):
     """Grid `chunk_program` over (DQK/BK, L/BLQ). Writes dq [B, T, H, DQK] (layout of q) and
-    qdq [DQK/BK, B*H, T]."""
+    qdq [DQK/BK, B*H, T]. TMA: q, k, v, dh, the states and dq are tensor descriptors
+    (`triton_fwd.token_source`, `state_source`)."""
     pid_k, pid_q, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
-    offs_k = pid_k * BK + tl.arange(0, BK)
-    offs_dv = tl.arange(0, BV)
-    t_q = chunk * L + offs_q
-    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
-    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
-    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    q_start = chunk * L + pid_q * BLQ
+    t_q = q_start + tl.arange(0, BLQ)
+    col_k = pid_k * BK
+    k_src = token_source(k_ptr, stride_k_b, stride_k_h, batch, head, T, DQK, TMA)
+    v_src = token_source(v_ptr, stride_v_b, stride_v_h, batch, head, T, DV, TMA)
+    dh_src = token_source(dh_ptr, stride_dh_b, stride_dh_h, batch, head, T, DV, TMA)
     b_q, q_gate, m_comb, inv_denom = _row_gates(
         b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
 
     dq = tl.zeros([BLQ, BK], dtype=tl.float32)
     num_kv_tiles = (pid_q + 1) * BLQ // BLKV
     for kv_tile in range(0, num_kv_tiles):
-        t_kv = chunk * L + kv_tile * BLKV + offs_kv
+        kv_start = chunk * L + kv_tile * BLKV
+        t_kv = kv_start + offs_kv
         dscores = tl.zeros([BLQ, BLKV], dtype=tl.float32)
         for dv in range(0, DV, BV):
-            dv_offs = dv + offs_dv
-            dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + dv_offs[None, :], dv_offs, DV, BV)
-            v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + dv_offs[None, :], dv_offs, DV, BV)
+            dh_tile = load_token_tile(dh_src, stride_dh_t, q_start, dv, DV, BLQ, BV, TMA)
+            v_tile = load_token_tile(v_src, stride_v_t, kv_start, dv, DV, BLKV, BV, TMA)
             dscores += tl.dot(dh_tile, tl.trans(v_tile))
         b_kv = tl.load(b_ptr + bh * T + t_kv)
         ig_kv = tl.load(ig_ptr + bh * T + t_kv)
@@ -235,26 +240,23 @@ def chunk_dq_kernel(
         causal = offs_q[:, None] >= (kv_tile * BLKV + offs_kv)[None, :]
         gate = tl.exp(tl.where(causal, gate_log, float("-inf")))
         dscores = dscores * gate * (inv_denom * qk_scale)[:, None]
-        k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :], offs_k, DQK, BK)
+        k_tile = load_token_tile(k_src, stride_k_t, kv_start, col_k, DQK, BLKV, BK, TMA)
         dq += tl.dot(dscores.to(k_tile.dtype), k_tile)
 
     dq_inter = tl.zeros([BLQ, BK], dtype=tl.float32)
-    c_slot = (bh * NC + chunk) * DQK * DV
+    c_src = state_source(c_ptr, bh * NC + chunk, DQK, DV, TMA)
     for dv in range(0, DV, BV):
-        dv_offs = dv + offs_dv
-        dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + dv_offs[None, :], dv_offs, DV, BV)
-        c_tile = load_state(c_ptr + c_slot + offs_k[:, None] * DV + dv_offs[None, :], offs_k, dv_offs,
-                            DQK, BK, DV, BV)
+        dh_tile = load_token_tile(dh_src, stride_dh_t, q_start, dv, DV, BLQ, BV, TMA)
+        c_tile = load_state_tile(c_src, col_k, dv, DQK, DV, BK, BV, TMA)
         dq_inter += tl.dot(dh_tile, tl.trans(c_tile.to(dh_tile.dtype)))
     dq += dq_inter * (q_gate * inv_denom * qk_scale)[:, None]
 
-    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
-    q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + offs_k[None, :], offs_k, DQK, BK).to(tl.float32)
+    q_src = token_source(q_ptr, stride_q_b, stride_q_h, batch, head, T, DQK, TMA)
+    q_tile = load_token_tile(q_src, stride_q_t, q_start, col_k, DQK, BLQ, BK, TMA)
     num_bh = tl.num_programs(0) // (tiles_0 * tiles_1 * NC)
-    tl.store(qdq_ptr + (pid_k * num_bh + bh) * T + t_q, tl.sum(q_tile * dq, 1))
-    dq_base = dq_ptr + batch * stride_q_b + head * stride_q_h
-    store_cols(dq_base + t_q[:, None] * stride_q_t + offs_k[None, :], dq.to(dq_ptr.dtype.element_ty), offs_k,
-               DQK, BK)
+    tl.store(qdq_ptr + (pid_k * num_bh + bh) * T + t_q, tl.sum(q_tile.to(tl.float32) * dq, 1))
+    dq_dst = token_source(dq_ptr, stride_q_b, stride_q_h, batch, head, T, DQK, TMA)
+    store_token_tile(dq_dst, dq, stride_q_t, q_start, col_k, DQK, BLQ, BK, TMA)
 
 
 @chunk_kernel
@@ -268,56 +270,52 @@ def chunk_dk_kernel(
     T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, TMA: tl.constexpr,
 ):
     """Grid `chunk_program` over (DQK/BK, L/BLKV). Writes dk [B, T, H, DQK] (layout of k) and
-    kdk [DQK/BK, B*H, T]."""
+    kdk [DQK/BK, B*H, T]. TMA: as `chunk_dq_kernel`'s (the state gradients for the states)."""
     pid_k, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
-    offs_k = pid_k * BK + tl.arange(0, BK)
-    offs_dv = tl.arange(0, BV)
-    t_kv = chunk * L + offs_kv
-    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
-    v_base = v_ptr + batch * stride_v_b + head * stride_v_h
-    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    kv_start = chunk * L + pid_kv * BLKV
+    t_kv = kv_start + tl.arange(0, BLKV)
+    col_k = pid_k * BK
+    q_src = token_source(q_ptr, stride_q_b, stride_q_h, batch, head, T, DQK, TMA)
+    v_src = token_source(v_ptr, stride_v_b, stride_v_h, batch, head, T, DV, TMA)
+    dh_src = token_source(dh_ptr, stride_dh_b, stride_dh_h, batch, head, T, DV, TMA)
     b_kv, ig_kv, k_gate = _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_kv, L, STABILIZE)
 
     dk = tl.zeros([BLKV, BK], dtype=tl.float32)
     first_q_tile = pid_kv * BLKV // BLQ
     for q_tile_idx in range(first_q_tile, L // BLQ):
-        t_q = chunk * L + q_tile_idx * BLQ + offs_lq
+        q_start = chunk * L + q_tile_idx * BLQ
+        t_q = q_start + offs_lq
         b_q, _, m_comb, inv_denom = _row_gates(
             b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
         dscores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
         for dv in range(0, DV, BV):
-            dv_offs = dv + offs_dv
-            v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + dv_offs[None, :], dv_offs, DV, BV)
-            dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + dv_offs[None, :], dv_offs, DV, BV)
+            v_tile = load_token_tile(v_src, stride_v_t, kv_start, dv, DV, BLKV, BV, TMA)
+            dh_tile = load_token_tile(dh_src, stride_dh_t, q_start, dv, DV, BLQ, BV, TMA)
             dscores_t += tl.dot(v_tile, tl.trans(dh_tile))
         q_rows = q_tile_idx * BLQ + offs_lq
         dscores_t *= _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, offs_kv, qk_scale)
-        q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + offs_k[None, :], offs_k, DQK, BK)
+        q_tile = load_token_tile(q_src, stride_q_t, q_start, col_k, DQK, BLQ, BK, TMA)
         dk += tl.dot(dscores_t.to(q_tile.dtype), q_tile)
 
     dk_inter = tl.zeros([BLKV, BK], dtype=tl.float32)
-    dc_slot = (bh * NC + chunk) * DQK * DV
+    dc_src = state_source(dc_ptr, bh * NC + chunk, DQK, DV, TMA)
     for dv in range(0, DV, BV):
-        dv_offs = dv + offs_dv
-        v_tile = load_cols(v_base + t_kv[:, None] * stride_v_t + dv_offs[None, :], dv_offs, DV, BV)
-        dc_tile = load_state(dc_ptr + dc_slot + offs_k[:, None] * DV + dv_offs[None, :], offs_k, dv_offs,
-                             DQK, BK, DV, BV)
+        v_tile = load_token_tile(v_src, stride_v_t, kv_start, dv, DV, BLKV, BV, TMA)
+        dc_tile = load_state_tile(dc_src, col_k, dv, DQK, DV, BK, BV, TMA)
         dk_inter += tl.dot(v_tile, tl.trans(dc_tile.to(v_tile.dtype)))
     dk += dk_inter * k_gate[:, None]
 
-    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
-    k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + offs_k[None, :], offs_k, DQK, BK)
-    k_tile = k_tile.to(tl.float32)
+    k_src = token_source(k_ptr, stride_k_b, stride_k_h, batch, head, T, DQK, TMA)
+    k_tile = load_token_tile(k_src, stride_k_t, kv_start, col_k, DQK, BLKV, BK, TMA)
     num_bh = tl.num_programs(0) // (tiles_0 * tiles_1 * NC)
-    tl.store(kdk_ptr + (pid_k * num_bh + bh) * T + t_kv, tl.sum(k_tile * dk, 1))
-    dk_base = dk_ptr + batch * stride_k_b + head * stride_k_h
-    store_cols(dk_base + t_kv[:, None] * stride_k_t + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty), offs_k,
-               DQK, BK)
+    tl.store(kdk_ptr + (pid_k * num_bh + bh) * T + t_kv, tl.sum(k_tile.to(tl.float32) * dk, 1))
+    dk_dst = token_source(dk_ptr, stride_k_b, stride_k_h, batch, head, T, DQK, TMA)
+    store_token_tile(dk_dst, dk, stride_k_t, kv_start, col_k, DQK, BLKV, BK, TMA)
 
 
 @chunk_kernel
@@ -331,49 +329,47 @@ def chunk_dv_kernel(
     T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, TMA: tl.constexpr,
 ):
-    """Grid `chunk_program` over (DV/BV, L/BLKV). Writes dv [B, T, H, DV] (layout of v)."""
+    """Grid `chunk_program` over (DV/BV, L/BLKV). Writes dv [B, T, H, DV] (layout of v). TMA: as
+    `chunk_dk_kernel`'s."""
     pid_v, pid_kv, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_kv = pid_kv * BLKV + tl.arange(0, BLKV)
     offs_lq = tl.arange(0, BLQ)
-    offs_dk = tl.arange(0, BK)
-    offs_v = pid_v * BV + tl.arange(0, BV)
-    t_kv = chunk * L + offs_kv
-    q_base = q_ptr + batch * stride_q_b + head * stride_q_h
-    k_base = k_ptr + batch * stride_k_b + head * stride_k_h
-    dh_base = dh_ptr + batch * stride_dh_b + head * stride_dh_h
+    kv_start = chunk * L + pid_kv * BLKV
+    t_kv = kv_start + tl.arange(0, BLKV)
+    col_v = pid_v * BV
+    q_src = token_source(q_ptr, stride_q_b, stride_q_h, batch, head, T, DQK, TMA)
+    k_src = token_source(k_ptr, stride_k_b, stride_k_h, batch, head, T, DQK, TMA)
+    dh_src = token_source(dh_ptr, stride_dh_b, stride_dh_h, batch, head, T, DV, TMA)
     b_kv, ig_kv, k_gate = _key_gates(b_ptr, ig_ptr, m_ptr, bh, T, NC, chunk, t_kv, L, STABILIZE)
 
     dv = tl.zeros([BLKV, BV], dtype=tl.float32)
     first_q_tile = pid_kv * BLKV // BLQ
     for q_tile_idx in range(first_q_tile, L // BLQ):
-        t_q = chunk * L + q_tile_idx * BLQ + offs_lq
+        q_start = chunk * L + q_tile_idx * BLQ
+        t_q = q_start + offs_lq
         b_q, _, m_comb, inv_denom = _row_gates(
             b_ptr, m_comb_ptr, m_ptr, denom_ptr, bh, T, NC, chunk, t_q, STABILIZE, NORMALIZE, BLQ)
         scores_t = tl.zeros([BLKV, BLQ], dtype=tl.float32)
         for dk in range(0, DQK, BK):
-            dk_offs = dk + offs_dk
-            k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + dk_offs[None, :], dk_offs, DQK, BK)
-            q_tile = load_cols(q_base + t_q[:, None] * stride_q_t + dk_offs[None, :], dk_offs, DQK, BK)
+            k_tile = load_token_tile(k_src, stride_k_t, kv_start, dk, DQK, BLKV, BK, TMA)
+            q_tile = load_token_tile(q_src, stride_q_t, q_start, dk, DQK, BLQ, BK, TMA)
             scores_t += tl.dot(k_tile, tl.trans(q_tile))
         q_rows = q_tile_idx * BLQ + offs_lq
         scores_t *= _transposed_gate(b_q, m_comb, inv_denom, b_kv, ig_kv, q_rows, offs_kv, qk_scale)
-        dh_tile = load_cols(dh_base + t_q[:, None] * stride_dh_t + offs_v[None, :], offs_v, DV, BV)
+        dh_tile = load_token_tile(dh_src, stride_dh_t, q_start, col_v, DV, BLQ, BV, TMA)
         dv += tl.dot(scores_t.to(dh_tile.dtype), dh_tile)
 
-    dc_slot = (bh * NC + chunk) * DQK * DV
+    dc_src = state_source(dc_ptr, bh * NC + chunk, DQK, DV, TMA)
     for dk in range(0, DQK, BK):
-        dk_offs = dk + offs_dk
-        k_tile = load_cols(k_base + t_kv[:, None] * stride_k_t + dk_offs[None, :], dk_offs, DQK, BK)
+        k_tile = load_token_tile(k_src, stride_k_t, kv_start, dk, DQK, BLKV, BK, TMA)
         k_gated = k_tile.to(tl.float32) * k_gate[:, None]
-        dc_tile = load_state(dc_ptr + dc_slot + dk_offs[:, None] * DV + offs_v[None, :], dk_offs, offs_v,
-                             DQK, BK, DV, BV)
+        dc_tile = load_state_tile(dc_src, dk, col_v, DQK, DV, BK, BV, TMA)
         dv += tl.dot(k_gated.to(k_tile.dtype), dc_tile.to(k_tile.dtype))
 
-    dv_base = dv_ptr + batch * stride_dv_b + head * stride_dv_h
-    store_cols(dv_base + t_kv[:, None] * stride_dv_t + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty),
-               offs_v, DV, BV)
+    dv_dst = token_source(dv_ptr, stride_dv_b, stride_dv_h, batch, head, T, DV, TMA)
+    store_token_tile(dv_dst, dv, stride_dv_t, kv_start, col_v, DV, BLKV, BV, TMA)
 
 
 @chunk_kernel

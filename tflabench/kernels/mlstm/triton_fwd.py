@@ -127,7 +127,7 @@ def store_state(ptrs, value, rows, cols, DQK: tl.constexpr, BK: tl.constexpr, DV
 def token_source(x, stride_b, stride_h, batch, head, T, D: tl.constexpr, TMA: tl.constexpr):
     """(source, row0, col0) of one (batch, head) of a token-major tensor x [B, T, H, D] for `load_token_tile`
     / `store_token_tile`: with TMA, x is a tensor descriptor of its [B*T, H*D] matrix (Hopper's bulk copies,
-    `xl_chunk._tma_descriptors`) and the (batch, head) block starts at row batch*T, column head*D; else the
+    `xl_chunk._token_descriptor`) and the (batch, head) block starts at row batch*T, column head*D; else the
     (batch, head) base pointer, at (0, 0)."""
     if TMA:
         source = x
@@ -157,15 +157,45 @@ def load_token_tile(src, stride_t, t0, col, D: tl.constexpr, BT: tl.constexpr, B
 @triton.jit
 def store_token_tile(src, value, stride_t, t0, col, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
                      TMA: tl.constexpr):
-    """Store a [BT, BD] tile at tokens t0.. and columns col.. of a (batch, head) (src: its
-    `token_source`)."""
+    """Store a [BT, BD] tile, cast to the tensor's dtype, at tokens t0.. and columns col.. of a (batch,
+    head) (src: its `token_source`)."""
     source, row0, col0 = src
     if TMA:
-        source.store([row0 + t0.to(tl.int32), col0 + col], value)
+        source.store([row0 + t0.to(tl.int32), col0 + col], value.to(source.dtype))
     else:
         rows = t0 + tl.arange(0, BT)
         cols = col + tl.arange(0, BD)
-        store_cols(source + rows[:, None] * stride_t + cols[None, :], value, cols, D, BD)
+        store_cols(source + rows[:, None] * stride_t + cols[None, :], value.to(source.dtype.element_ty), cols,
+                   D, BD)
+
+
+@triton.jit
+def state_source(c_ptr, state, DQK: tl.constexpr, DV: tl.constexpr, TMA: tl.constexpr):
+    """(source, row0) of state ``state`` of chunk states [B*H*NC, DQK, DV] for `load_state_tile`: with TMA,
+    c_ptr is a tensor descriptor of their [B*H*NC*DQK, DV] matrix and the state starts at row state*DQK;
+    else the state's base pointer, at row 0."""
+    if TMA:
+        source = c_ptr
+        row0 = (state * DQK).to(tl.int32)
+    else:
+        source = c_ptr + state * DQK * DV
+        row0 = 0
+    return source, row0
+
+
+@triton.jit
+def load_state_tile(src, row, col, DQK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                    TMA: tl.constexpr):
+    """The [BK, BV] tile at rows row.. and columns col.. of a chunk's state [DQK, DV] (src: its
+    `state_source`)."""
+    source, row0 = src
+    if TMA:
+        tile = source.load([row0 + row, col])
+    else:
+        rows = row + tl.arange(0, BK)
+        cols = col + tl.arange(0, BV)
+        tile = load_state(source + rows[:, None] * DV + cols[None, :], rows, cols, DQK, BK, DV, BV)
+    return tile
 
 
 @triton.jit
@@ -382,8 +412,8 @@ def chunk_outputs_kernel(
     k_src = token_source(k_ptr, stride_k_b, stride_k_h, batch, head, T, DQK, TMA)
     v_src = token_source(v_ptr, stride_v_b, stride_v_h, batch, head, T, DV, TMA)
     h_dst = token_source(h_ptr, stride_h_b, stride_h_h, batch, head, T, DV, TMA)
-    c_src = _state_source(c_ptr, bh * NC + chunk, DQK, DV, TMA)
-    c_first = _load_state_tile(c_src, 0, pid_v, DQK, DV, BK, BV, TMA)
+    c_src = state_source(c_ptr, bh * NC + chunk, DQK, DV, TMA)
+    c_first = load_state_tile(c_src, 0, pid_v * BV, DQK, DV, BK, BV, TMA)
     for q_tile in tl.static_range(Q_TILES):
         _chunk_output_tile(
             q_src, k_src, v_src, h_dst, c_src, c_first, b_ptr, ig_ptr, g_ptr, n_ptr, m_ptr, denom_ptr,
@@ -391,35 +421,6 @@ def chunk_outputs_kernel(
             T, NC, qk_scale, eps, pid_v, pid_q_group * Q_TILES + q_tile, bh, chunk,
             DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE, PREFIX_MAX, TMA,
         )
-
-
-@triton.jit
-def _state_source(c_ptr, state, DQK: tl.constexpr, DV: tl.constexpr, TMA: tl.constexpr):
-    """(source, row0) of state ``state`` of the chunk states [B*H*NC, DQK, DV] for `_load_state_tile`: with
-    TMA, c_ptr is a tensor descriptor of their [B*H*NC*DQK, DV] matrix and the state starts at row
-    state*DQK; else the state's base pointer, at row 0."""
-    if TMA:
-        source = c_ptr
-        row0 = (state * DQK).to(tl.int32)
-    else:
-        source = c_ptr + state * DQK * DV
-        row0 = 0
-    return source, row0
-
-
-@triton.jit
-def _load_state_tile(c_src, dk, pid_v, DQK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
-                     BV: tl.constexpr, TMA: tl.constexpr):
-    """The [BK, BV] tile at rows dk.. and value block pid_v of a chunk's state [DQK, DV] (c_src: its
-    `_state_source`)."""
-    source, row0 = c_src
-    if TMA:
-        tile = source.load([row0 + dk, pid_v * BV])
-    else:
-        rows = dk + tl.arange(0, BK)
-        cols = pid_v * BV + tl.arange(0, BV)
-        tile = load_state(source + rows[:, None] * DV + cols[None, :], rows, cols, DQK, BK, DV, BV)
-    return tile
 
 
 @triton.jit
@@ -465,7 +466,7 @@ def _chunk_output_tile(
         dk_offs = dk + offs_dk
         q_tile = load_token_tile(q_src, stride_q_t, q_start, dk, DQK, BLQ, BK, TMA)
         q_gated = (q_tile.to(tl.float32) * q_gate[:, None]).to(q_tile.dtype)
-        c_tile = _load_state_tile(c_src, dk, pid_v, DQK, DV, BK, BV, TMA)
+        c_tile = load_state_tile(c_src, dk, pid_v * BV, DQK, DV, BK, BV, TMA)
         h_acc += tl.dot(q_gated, c_tile.to(q_tile.dtype))
         if NORMALIZE:
             n_tile = load_vector(n_base + dk_offs, dk_offs, DQK, BK)
@@ -508,4 +509,4 @@ def _chunk_output_tile(
             tl.store(denom_ptr + bh * T + t_q, denom)
             if STABILIZE:
                 tl.store(m_comb_ptr + bh * T + t_q, m_run)
-    store_token_tile(h_dst, h_acc.to(q_first.dtype), stride_h_t, q_start, pid_v * BV, DV, BLQ, BV, TMA)
+    store_token_tile(h_dst, h_acc, stride_h_t, q_start, pid_v * BV, DV, BLQ, BV, TMA)

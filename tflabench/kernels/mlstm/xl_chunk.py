@@ -47,7 +47,8 @@ class Tiling:
     over its key/value tiles. dv_block_v: the same choice for the backward's dV kernel (each program
     recomputes K Q^T for its dv_block_v columns of dV). out_tma: the output kernel moves q, k, v, h and the
     state tiles through tensor descriptors (Hopper's bulk copies, `triton_fwd.token_source`) instead of
-    pointer tiles, where the tensors and blocks allow it (`_tma_ready`).
+    pointer tiles, where the tensors and blocks allow it (`_tma_ready`); bwd_tma: the dQ, dK and dV kernels
+    theirs.
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     the default at head dims <= 64 only (see `default`).
@@ -75,6 +76,7 @@ class Tiling:
     out_q_tiles: int = 1
     out_prefix_max: bool = True
     out_tma: bool = False
+    bwd_tma: bool = False
     dv_block_v: int = 64
     state_num_warps: int = 4
     state_num_stages: int = 1
@@ -95,7 +97,8 @@ class Tiling:
 
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, variant: str = "sig",
-                limit: bool = False, exact_head_blocks: bool = False) -> Tiling:
+                limit: bool = False, exact_head_blocks: bool = False,
+                output_descriptors: bool = True) -> Tiling:
         """The fastest tiling measured on an H200 for Dqk 128 / Dv 256 (results/perf-log.md), generalized
         to other head dims by taking the largest power-of-two blocks that divide them, or masked wider ones
         where those are narrower than 64 (`launch.head_dim_block`; exact_head_blocks: the dividing ones
@@ -122,7 +125,13 @@ class Tiling:
         The state and state-gradient recurrences run two pipeline stages (their next sub-chunk's loads in
         flight during the current one's update; sm_90: equal occupancy, fewer registers, no stack): mLSTMsig
         forward 4-6 % faster at 16 x 128/256, T = 8192, and 12-24 % at T = 65,536 (B x H = 16), L 128 and
-        256, on an H100 (results/h100/ab-state-tiles-v7)."""
+        256, on an H100 (results/h100/ab-state-tiles-v7).
+        The output kernel moves its tiles through tensor descriptors (`out_tma`) where its head-dim blocks
+        divide the head dims, Dqk <= 128 and a chunk has more than one query tile or the head dims exceed
+        64, with one query tile per program for mLSTMexp and at head dims <= 64 (two programs per SM):
+        forward 3-10 % faster at 16 x 128/256 and 32 x 128/128 (L 128, 256), at 32 x 64/64 and L 64 2-8 %
+        slower, on an H100 (results/perf-log.md, v15). output_descriptors=False: the pointer tiles of the
+        kernels before v15."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
@@ -130,6 +139,12 @@ class Tiling:
         wide_qk = head_dim_qk > 128 and not limit
         block_of = largest_pow2_block if exact_head_blocks else head_dim_block
         value_block = block_of(head_dim_v, head_block)
+        qk_block = block_of(head_dim_qk, head_block)
+        blocks_divide = head_dim_qk % qk_block == 0 and head_dim_v % value_block == 0
+        one_query_tile = small_heads and chunk <= tile
+        out_tma = output_descriptors and blocks_divide and not (limit or wide_qk or one_query_tile)
+        one_tile_per_program = out_tma and (small_heads or variant == "exp")
+        q_tiles = 1 if limit or wide_qk or chunk < 2 * tile or one_tile_per_program else 2
         return cls(
             chunk=chunk,
             block_state=min(128, chunk),
@@ -137,13 +152,14 @@ class Tiling:
             state_block_v=block_of(head_dim_v, 128),
             block_q=tile,
             block_kv=tile,
-            block_qk=block_of(head_dim_qk, head_block),
+            block_qk=qk_block,
             block_v=value_block,
             num_stages=2,
             out_num_stages=1 if wide_qk else 2,
             out_block_kv=out_tile,
             out_block_v=value_block,
-            out_q_tiles=1 if limit or wide_qk or chunk < 2 * tile else 2,
+            out_q_tiles=q_tiles,
+            out_tma=out_tma,
             dv_block_v=value_block if limit else block_of(head_dim_v, 256),
             fused_dkdv=small_heads,
             fused_dq=small_heads,
@@ -184,30 +200,48 @@ class Tiling:
 TMA_ALIGNMENT = 16
 
 
-def _tma_ready(tiling: Tiling, *tensors: torch.Tensor) -> bool:
-    """Whether the output kernel may move these contiguous [B, T, H, D] tensors (q, k, v, h) and the chunk
-    states through tensor descriptors of their [B*T, H*D] matrices: aligned bases and rows, and head-dim
-    blocks that divide the head dims (a block past a head's columns would read the next head's)."""
-    DQK, DV = tensors[0].shape[-1], tensors[-1].shape[-1]
+def _tma_ready(tensors, head_dims: tuple[int, int], blocks: tuple[int, int]) -> bool:
+    """Whether a kernel may move these contiguous [B, T, H, D] tensors and the chunk states through tensor
+    descriptors of their [B*T, H*D] matrices (`_token_descriptor`): aligned bases and rows, and head-dim
+    blocks (BK, BV) that divide the head dims (Dqk, Dv) (a block past a head's columns would read the next
+    head's)."""
     aligned = all(x.is_contiguous() and x.data_ptr() % TMA_ALIGNMENT == 0
                   and x.shape[2] * x.shape[3] * x.element_size() % TMA_ALIGNMENT == 0 for x in tensors)
-    return aligned and DQK % tiling.block_qk == 0 and DV % tiling.out_block_v == 0
+    return aligned and head_dims[0] % blocks[0] == 0 and head_dims[1] % blocks[1] == 0
 
 
-def _tma_descriptors(q, k, v, h, states, tiling: Tiling) -> tuple:
-    """Tensor descriptors of q, k, v, h as [B*T, H*D] matrices and of the states [B*H*NC, Dqk, Dv] as a
-    [B*H*NC*Dqk, Dv] one, in the output kernel's tiles (`triton_fwd.token_source`)."""
+def _token_descriptor(x: torch.Tensor, block_rows: int, block_cols: int):
+    """Tensor descriptor of a contiguous [B, T, H, D] tensor as its [B*T, H*D] matrix, in [block_rows,
+    block_cols] tiles (`triton_fwd.token_source`)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    def matrix(x, cols, block_rows, block_cols):
-        return TensorDescriptor(x, [x.numel() // cols, cols], [cols, 1], [block_rows, block_cols])
+    cols = x.shape[2] * x.shape[3]
+    return TensorDescriptor(x, [x.numel() // cols, cols], [cols, 1], [block_rows, block_cols])
 
-    H, DQK, DV = q.shape[2], q.shape[3], v.shape[3]
-    return (matrix(q, H * DQK, tiling.block_q, tiling.block_qk),
-            matrix(k, H * DQK, tiling.out_block_kv, tiling.block_qk),
-            matrix(v, H * DV, tiling.out_block_kv, tiling.out_block_v),
-            matrix(h, H * DV, tiling.block_q, tiling.out_block_v),
-            matrix(states, DV, tiling.block_qk, tiling.out_block_v))
+
+def _state_descriptor(states: torch.Tensor, block_rows: int, block_cols: int):
+    """Tensor descriptor of chunk states [B*H, NC, Dqk, Dv] as their [B*H*NC*Dqk, Dv] matrix
+    (`triton_fwd.state_source`)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    cols = states.shape[-1]
+    return TensorDescriptor(states, [states.numel() // cols, cols], [cols, 1], [block_rows, block_cols])
+
+
+def _gradient_sources(q, k, v, dh, states, grad, grad_of: str, tiling: Tiling, block_v: int):
+    """(TMA, (q, k, v, dh, states, grad)) of a gradient kernel (dQ, dK or dV: grad_of "q", "k" or "v", grad
+    laid out as that input): with `Tiling.bwd_tma` where `_tma_ready`, tensor descriptors in the kernel's
+    tiles (query rows block_q, key rows block_kv, Dqk columns block_qk, Dv columns block_v), else the
+    tensors."""
+    DQK, DV = q.shape[-1], v.shape[-1]
+    tensors = (q, k, v, dh, states, grad)
+    if not (tiling.bwd_tma and _tma_ready((q, k, v, dh, grad), (DQK, DV), (tiling.block_qk, block_v))):
+        return False, tensors
+    BLQ, BLKV, BK = tiling.block_q, tiling.block_kv, tiling.block_qk
+    grad_block = {"q": (BLQ, BK), "k": (BLKV, BK), "v": (BLKV, block_v)}[grad_of]
+    return True, (_token_descriptor(q, BLQ, BK), _token_descriptor(k, BLKV, BK),
+                  _token_descriptor(v, BLKV, block_v), _token_descriptor(dh, BLQ, block_v),
+                  _state_descriptor(states, BK, block_v), _token_descriptor(grad, *grad_block))
 
 
 def _chunk_launch(tile_blocks_0: int, tile_blocks_1: int, chunk_programs: int) -> tuple[tuple[int], dict]:
@@ -300,9 +334,13 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
     query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
     grid, tiles = _chunk_launch(block_count(DV, tiling.out_block_v), query_tile_groups, NC * B * H)
-    tma = tiling.out_tma and _tma_ready(tiling, q, k, v, h)
-    q_src, k_src, v_src, h_dst, c_src = _tma_descriptors(q, k, v, h, states, tiling) if tma else (
-        q, k, v, h, states)
+    tma = tiling.out_tma and _tma_ready((q, k, v, h), (DQK, DV), (tiling.block_qk, tiling.out_block_v))
+    q_src, k_src, v_src, h_dst, c_src = q, k, v, h, states
+    if tma:
+        BLQ, BLKV, BK, BV = tiling.block_q, tiling.out_block_kv, tiling.block_qk, tiling.out_block_v
+        q_src, k_src = _token_descriptor(q, BLQ, BK), _token_descriptor(k, BLKV, BK)
+        v_src, h_dst = _token_descriptor(v, BLKV, BV), _token_descriptor(h, BLQ, BV)
+        c_src = _state_descriptor(states, BK, BV)
     triton_fwd.chunk_outputs_kernel[grid](
         q_src, k_src, v_src, log_f_cumsum, log_i, log_i if gate_max is None else gate_max, c_src, norms,
         maxes, h_dst, denom, m_comb,
@@ -348,9 +386,11 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
         states = fwd.states if fwd.states is not None else _recompute_states(k, v, fwd, initial, tiling)
         q_dq = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
         grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_q, NC * B * H)
+        tma, (q_src, k_src, v_src, dh_src, c_src, dq_dst) = _gradient_sources(
+            q, k, v, dh, states, dq, "q", tiling, tiling.block_v)
         triton_bwd.chunk_dq_kernel[grid](
-            q, k, v, dh, *gates, states, dq, q_dq, *strides_qkvh, T, H, NC, qk_scale, **tiles,
-            **dims, **blocks, **flags, **launch,
+            q_src, k_src, v_src, dh_src, *gates, c_src, dq_dst, q_dq, *strides_qkvh, T, H, NC, qk_scale,
+            **tiles, **dims, **blocks, **flags, **launch, TMA=tma,
         )
         del states
 
@@ -378,16 +418,21 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
     else:
         k_dk = torch.empty(num_qk_blocks, *bh_shape, device=q.device, dtype=torch.float32)
         grid, tiles = _chunk_launch(num_qk_blocks, tiling.chunk // tiling.block_kv, NC * B * H)
+        tma, (q_src, k_src, v_src, dh_src, dc_src, dk_dst) = _gradient_sources(
+            q, k, v, dh, dstates, dk, "k", tiling, tiling.block_v)
         triton_bwd.chunk_dk_kernel[grid](
-            q, k, v, dh, *gates, dstates, dk, k_dk, *strides_qkvh, T, H, NC, qk_scale, **tiles,
-            **dims, **blocks, **flags, **launch,
+            q_src, k_src, v_src, dh_src, *gates, dc_src, dk_dst, k_dk, *strides_qkvh, T, H, NC, qk_scale,
+            **tiles, **dims, **blocks, **flags, **launch, TMA=tma,
         )
         grid, tiles = _chunk_launch(block_count(DV, tiling.dv_block_v), tiling.chunk // tiling.block_kv,
                                     NC * B * H)
+        tma, (q_src, k_src, _, dh_src, dc_src, dv_dst) = _gradient_sources(
+            q, k, v, dh, dstates, dv, "v", tiling, tiling.dv_block_v)
         triton_bwd.chunk_dv_kernel[grid](
-            q, k, dh, *gates, dstates, dv,
+            q_src, k_src, dh_src, *gates, dc_src, dv_dst,
             *token_strides(q), *token_strides(k), *token_strides(dh), *token_strides(dv),
             T, H, NC, qk_scale, **tiles, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags, **launch,
+            TMA=tma,
         )
     di, df = gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd.c_last, dc_last, sig)
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
