@@ -126,14 +126,13 @@ class Tiling:
         flight during the current one's update; sm_90: equal occupancy, fewer registers, no stack): mLSTMsig
         forward 4-6 % faster at 16 x 128/256, T = 8192, and 12-24 % at T = 65,536 (B x H = 16), L 128 and
         256, on an H100 (results/h100/ab-state-tiles-v7).
-        The output kernel moves its tiles through tensor descriptors (`out_tma`) where its head-dim blocks
-        divide the head dims, Dqk <= 128 and a chunk has more than one query tile or the head dims exceed
-        64, with one query tile per program for mLSTMexp and at head dims <= 64 (two programs per SM):
-        forward 3-10 % faster at 16 x 128/256 and 32 x 128/128 (L 128, 256), at 32 x 64/64 and L 64 2-8 %
-        slower, on an H100 (results/perf-log.md, v15). So do the dQ, dK and dV kernels (`bwd_tma`) where
-        their blocks divide the head dims and those exceed 64: fwd+bwd 0-2 % faster at 128/256, 2-7 % at
-        128/128 and 2-11 % at 256/512 (H100, results/h100/ab-backward-tma). output_descriptors=False: the
-        pointer tiles of the kernels before v15."""
+        Where a head dim exceeds 64 and the blocks divide the head dims, the output kernel (at Dqk <= 128)
+        and the dQ, dK and dV kernels move their tiles through tensor descriptors (`out_tma`, `bwd_tma`),
+        mLSTMexp's output kernel with one query tile per program (two programs per SM): forward 3-9 %,
+        fwd+bwd 0-11 % faster on an H100 and an H200 at 16 x 128/256, 32 x 128/128 and (the gradient
+        kernels) 8 x 256/512; at 32 x 64/64 0-14 % slower on the H200, so pointer tiles there
+        (results/perf-log.md, v15). output_descriptors=False: the pointer tiles of the kernels before
+        v15."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
@@ -145,9 +144,9 @@ class Tiling:
         blocks_divide = head_dim_qk % qk_block == 0 and head_dim_v % value_block == 0
         dv_block = value_block if limit else block_of(head_dim_v, 256)
         gradient_blocks_divide = blocks_divide and head_dim_v % dv_block == 0
-        one_query_tile = small_heads and chunk <= tile
-        out_tma = output_descriptors and blocks_divide and not (limit or wide_qk or one_query_tile)
-        one_tile_per_program = out_tma and (small_heads or variant == "exp")
+        descriptors = output_descriptors and not (limit or small_heads)
+        out_tma = descriptors and blocks_divide and not wide_qk
+        one_tile_per_program = out_tma and variant == "exp"
         q_tiles = 1 if limit or wide_qk or chunk < 2 * tile or one_tile_per_program else 2
         return cls(
             chunk=chunk,
@@ -165,7 +164,7 @@ class Tiling:
             out_q_tiles=q_tiles,
             out_tma=out_tma,
             dv_block_v=dv_block,
-            bwd_tma=output_descriptors and gradient_blocks_divide and not (limit or small_heads),
+            bwd_tma=descriptors and gradient_blocks_divide,
             fused_dkdv=small_heads,
             fused_dq=small_heads,
             dkdv_block_kv=tile,
