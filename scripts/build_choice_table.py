@@ -2,7 +2,8 @@
 
 Usage: python scripts/build_choice_table.py RUN_DIR [RUN_DIR ...]   (oldest run first)
 Each run's measured rows (status ok) of our explicit algorithms (tflabench.mlstm_{sig,exp}.{xl_chunk,
-limit_chunk,fused_chunk}) become table rows keyed by GPU model, variant, mode and shape; `choice.choose`
+limit_chunk,fused_chunk}) at their default tilings (an A/B run's other tilings left out) become table rows
+keyed by GPU model, variant, mode and shape; `choice.choose`
 takes the fastest row that fits what it is asked. A run replaces the rows of the runs before it wherever it
 measured the same algorithm for the same GPU model, variant, mode and shape (a newer kernels version's
 timings replace the older ones; the algorithms it did not measure keep theirs).
@@ -28,7 +29,9 @@ def table_rows(run_dir: Path) -> list[dict]:
             _, family, algorithm = (row["kernel"].split(".") + ["", ""])[:3]
             gpu = choice.gpu_key(row["gpu"])
             ours = row["kernel"].startswith("tflabench.") and algorithm in EXPLICIT
-            if row["status"] != "ok" or not ours or gpu is None or row["dtype"] != "bfloat16":
+            default_tiling = json.loads(row.get("params") or "{}").get("tiling", "default") == "default"
+            measured = row["status"] == "ok" and row["dtype"] == "bfloat16"
+            if not (measured and ours and default_tiling) or gpu is None:
                 continue
             rows.append({"gpu": gpu, "variant": family.removeprefix("mlstm_"), "mode": row["mode"],
                          "shape": {name: int(row[name]) for name in SHAPE_COLUMNS}, "algorithm": algorithm,
