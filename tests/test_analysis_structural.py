@@ -314,7 +314,7 @@ def test_former_defaults_give_the_kernels_of_their_version():
     assert tilings.former_default(tilings.KERNELS_VERSION, "exp") == tilings.former_default(None, "sig") == {}
     assert tilings.former_default("v4", "sig") is None
     v6 = tilings.former_default("v6", "exp")
-    not_fields = ("lean_gate", "head_dim_blocks")
+    not_fields = ("lean_gate", "head_dim_blocks", "output_tiles")
     tiling = replace(Tiling.default(64, 64, 64, variant="exp"),
                      **{k: v for k, v in v6.items() if k not in not_fields and "." not in k})
     fields = (tiling.out_prefix_max, tiling.fused_dkdv, tiling.state_num_stages, tiling.out_block_kv)
@@ -341,6 +341,25 @@ def test_head_dim_blocks_at_96_are_masked_since_v13(version, blocks, fused_block
     small = structural.Problem(16, 4096, 24, 64, 64, variant="sig")
     former = structural.modelled_tiling(small, "xl_chunk", 128, model_check.row_tiling(version, "sig", None))
     assert former.block_qk == structural.modelled_tiling(small, "xl_chunk", 128).block_qk == 64
+
+
+@pytest.mark.parametrize("version, descriptors, query_tiles", [
+    (None, (True, True), (1, 1)), ("v15", (True, True), (1, 1)), ("v14", (False, False), (2, 2)),
+    ("v9", (False, False), (2, 2))])
+def test_former_versions_ran_pointer_tiles_and_two_query_tiles(version, descriptors, query_tiles):
+    """Before v15 the output and gradient kernels took pointer tiles and the output kernel two query tiles
+    per program where a chunk had two; since, descriptors at 128/256 (mLSTMexp: one query tile) and one
+    query tile at 64/64 (the model of a row takes its version's, mLSTMexp at L = 128)."""
+    from tflabench.analysis import model_check
+
+    wide, small = (structural.Problem(8, 8192, heads, dqk, dv, variant="exp")
+                   for heads, dqk, dv in ((16, 128, 256), (32, 64, 64)))
+    fields = model_check.row_tiling(version, "exp", None)
+    at_wide = structural.modelled_tiling(wide, "xl_chunk", 128, fields)
+    at_small = structural.modelled_tiling(small, "xl_chunk", 128, fields)
+    assert (at_wide.out_tma, at_wide.bwd_tma) == descriptors
+    assert (at_wide.out_q_tiles, at_small.out_q_tiles) == query_tiles
+    assert not (at_small.out_tma or at_small.bwd_tma)
 
 
 @pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8), ("v11", 4)])

@@ -333,10 +333,9 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
 # ---------------------------------------------------------------------------------------------- launches
 def _tfla_tiling(problem: Problem, chunk: int, algorithm: str, tiling: str | dict | None = None):
     """The tiling the kernels run: `Tiling.default` (limit=True for limit_chunk; the head-dim blocks of the
-    kernels before v13 and the output kernel's pointer tiles of those before v15 where ``tiling`` sets them,
-    `_former_default_options`) with
-    the overrides of ``tiling`` (`tiling_fields`; its fused_chunk fields and state_dtype left out), or the
-    reference's."""
+    kernels before v13 and the output and gradient kernels' tiles of those before v15 where ``tiling`` sets
+    them, `_former_default_options`) with the overrides of ``tiling`` (`tiling_fields`; its fused_chunk
+    fields and state_dtype left out), or the reference's."""
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
     if algorithm == "reference":
@@ -385,12 +384,13 @@ def _former_default_options(tiling: str | dict | None, algorithm: str) -> dict:
     """The keyword arguments of the algorithm's ``default`` tiling that a tiling (a former version's
     defaults, `kernels.mlstm.tilings.FORMER_DEFAULTS`) sets: ``exact_head_blocks`` (the head-dim blocks that
     divide the head dims) where ``head_dim_blocks`` or ``ALGORITHM.head_dim_blocks`` is "exact", and for
-    xl_chunk ``output_descriptors`` (False: the output kernel's pointer tiles) where that is "off"."""
+    xl_chunk ``former_output_tiles`` (the output and gradient kernels' tiles before v15) where
+    ``output_tiles`` is "v14"."""
     fields = tiling_fields(tiling)
     exact = "exact" in (fields.get("head_dim_blocks"), fields.get(f"{algorithm}.head_dim_blocks"))
     if algorithm == "fused_chunk":
         return {"exact_head_blocks": exact}
-    return {"exact_head_blocks": exact, "output_descriptors": fields.get("output_descriptors") != "off"}
+    return {"exact_head_blocks": exact, "former_output_tiles": fields.get("output_tiles") == "v14"}
 
 
 def _tiling_overrides(tiling: str | dict | None, tiling_class, algorithm: str) -> dict:

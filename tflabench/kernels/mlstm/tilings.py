@@ -37,11 +37,11 @@ KERNELS_VERSION = "v15"
 #: "exact", not a tiling field but `xl_chunk.Tiling.default`'s and `fused_chunk.FusedTiling.default`'s
 #: ``exact_head_blocks``, which the structural model passes on), every version before v14 (v13: 5377b88)
 #: the fused forward's value blocks (``fused_chunk.head_dim_blocks``), and every version before v15 (v14:
-#: 9aeea67) the output kernel's pointer tiles (``output_descriptors`` "off": `xl_chunk.Tiling.default`'s
-#: ``output_descriptors``, its query tiles per program with them).
+#: 9aeea67) the output and gradient kernels' pointer tiles and the output kernel's query tiles per program
+#: (``output_tiles`` "v14": `xl_chunk.Tiling.default`'s ``former_output_tiles``).
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
-_POINTER_TILES = {"output_descriptors": "off"}
+_POINTER_TILES = {"output_tiles": "v14"}
 _EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact", **_POINTER_TILES}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1,

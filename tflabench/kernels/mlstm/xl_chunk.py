@@ -98,7 +98,7 @@ class Tiling:
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, variant: str = "sig",
                 limit: bool = False, exact_head_blocks: bool = False,
-                output_descriptors: bool = True) -> Tiling:
+                former_output_tiles: bool = False) -> Tiling:
         """The fastest tiling measured on an H200 for Dqk 128 / Dv 256 (results/perf-log.md), generalized
         to other head dims by taking the largest power-of-two blocks that divide them, or masked wider ones
         where those are narrower than 64 (`launch.head_dim_block`; exact_head_blocks: the dividing ones
@@ -131,7 +131,9 @@ class Tiling:
         mLSTMexp's output kernel with one query tile per program (two programs per SM): forward 3-9 %,
         fwd+bwd 0-11 % faster on an H100 and an H200 at 16 x 128/256, 32 x 128/128 and (the gradient
         kernels) 8 x 256/512; at 32 x 64/64 0-14 % slower on the H200, so pointer tiles there
-        (results/perf-log.md, v15). output_descriptors=False: the pointer tiles of the kernels before
+        (results/perf-log.md, v15), with one query tile per output program (128 registers, two programs per
+        SM: the best forward there 4-11 % faster on both GPUs, results/h100/ab-small-head-query-tiles).
+        former_output_tiles: the pointer tiles and query tiles per output program of the kernels before
         v15."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
@@ -144,9 +146,9 @@ class Tiling:
         blocks_divide = head_dim_qk % qk_block == 0 and head_dim_v % value_block == 0
         dv_block = value_block if limit else block_of(head_dim_v, 256)
         gradient_blocks_divide = blocks_divide and head_dim_v % dv_block == 0
-        descriptors = output_descriptors and not (limit or small_heads)
+        descriptors = not (former_output_tiles or limit or small_heads)
         out_tma = descriptors and blocks_divide and not wide_qk
-        one_tile_per_program = out_tma and variant == "exp"
+        one_tile_per_program = not former_output_tiles and (small_heads or (out_tma and variant == "exp"))
         q_tiles = 1 if limit or wide_qk or chunk < 2 * tile or one_tile_per_program else 2
         return cls(
             chunk=chunk,
