@@ -208,12 +208,15 @@ TMA_ALIGNMENT = 16
 
 def _tma_ready(tensors, head_dims: tuple[int, int], blocks: tuple[int, int]) -> bool:
     """Whether a kernel may move these contiguous [B, T, H, D] tensors and the chunk states through tensor
-    descriptors of their [B*T, H*D] matrices (`_token_descriptor`): aligned bases and rows, and head-dim
-    blocks (BK, BV) that divide the head dims (Dqk, Dv) (a block past a head's columns would read the next
-    head's)."""
-    aligned = all(x.is_contiguous() and x.data_ptr() % TMA_ALIGNMENT == 0
-                  and x.shape[2] * x.shape[3] * x.element_size() % TMA_ALIGNMENT == 0 for x in tensors)
-    return aligned and head_dims[0] % blocks[0] == 0 and head_dims[1] % blocks[1] == 0
+    descriptors of their [B*T, H*D] matrices (`_token_descriptor`): aligned bases and rows, head-dim blocks
+    (BK, BV) that divide the head dims (Dqk, Dv) (a block past a head's columns would read the next head's),
+    and on a GPU 16-bit inputs (the GPU suites check bf16 and fp16 there; the interpreter any dtype)."""
+    def ready(x):
+        row_bytes = x.shape[2] * x.shape[3] * x.element_size()
+        aligned = x.data_ptr() % TMA_ALIGNMENT == 0 and row_bytes % TMA_ALIGNMENT == 0
+        return x.is_contiguous() and aligned and (x.element_size() == 2 or x.device.type == "cpu")
+
+    return all(ready(x) for x in tensors) and head_dims[0] % blocks[0] == 0 and head_dims[1] % blocks[1] == 0
 
 
 def _token_descriptor(x: torch.Tensor, block_rows: int, block_cols: int):
