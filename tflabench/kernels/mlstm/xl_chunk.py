@@ -219,22 +219,22 @@ def _tma_ready(tensors, head_dims: tuple[int, int], blocks: tuple[int, int]) -> 
     return all(ready(x) for x in tensors) and head_dims[0] % blocks[0] == 0 and head_dims[1] % blocks[1] == 0
 
 
-def _token_descriptor(x: torch.Tensor, block_rows: int, block_cols: int):
-    """Tensor descriptor of a contiguous [B, T, H, D] tensor as its [B*T, H*D] matrix, in [block_rows,
-    block_cols] tiles (`triton_fwd.token_source`)."""
+def _matrix_descriptor(x: torch.Tensor, cols: int, block_rows: int, block_cols: int):
+    """Tensor descriptor of contiguous x as a [numel / cols, cols] matrix, in [block_rows, block_cols]
+    tiles."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    cols = x.shape[2] * x.shape[3]
     return TensorDescriptor(x, [x.numel() // cols, cols], [cols, 1], [block_rows, block_cols])
 
 
-def _state_descriptor(states: torch.Tensor, block_rows: int, block_cols: int):
-    """Tensor descriptor of chunk states [B*H, NC, Dqk, Dv] as their [B*H*NC*Dqk, Dv] matrix
-    (`triton_fwd.state_source`)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
+def _token_descriptor(x: torch.Tensor, block_rows: int, block_cols: int):
+    """A [B, T, H, D] tensor as its [B*T, H*D] matrix (`triton_fwd.token_source`)."""
+    return _matrix_descriptor(x, x.shape[2] * x.shape[3], block_rows, block_cols)
 
-    cols = states.shape[-1]
-    return TensorDescriptor(states, [states.numel() // cols, cols], [cols, 1], [block_rows, block_cols])
+
+def _state_descriptor(states: torch.Tensor, block_rows: int, block_cols: int):
+    """Chunk states [B*H, NC, Dqk, Dv] as their [B*H*NC*Dqk, Dv] matrix (`triton_fwd.state_source`)."""
+    return _matrix_descriptor(states, states.shape[-1], block_rows, block_cols)
 
 
 def _gradient_sources(q, k, v, dh, states, grad, grad_of: str, tiling: Tiling, block_v: int):
