@@ -362,6 +362,22 @@ def test_former_versions_ran_pointer_tiles_and_two_query_tiles(version, descript
     assert not (at_small.out_tma or at_small.bwd_tma)
 
 
+def test_kept_states_take_the_recomputed_recurrence_out_of_the_backward():
+    """With the forward's states kept (`keep-states`) the backward launches no second state recurrence, and
+    where dQ came from it (a chunk of one tile at 64/64) the dQ kernel and the dK+dV kernel instead."""
+    wide = structural.Problem(8, 8192, 16, 128, 256, mode="fwdbw")
+    names = [launch.name for launch in structural.launches(wide, "xl_chunk", 128, "keep-states")]
+    assert "states (recomputed)" not in names and names.count("states") == 1 and "dQ" in names
+    assert "states (recomputed)" in [launch.name for launch in structural.launches(wide, "xl_chunk", 128)]
+    small = structural.Problem(8, 8192, 32, 64, 64, mode="fwdbw")
+    kept = [launch.name for launch in structural.launches(small, "xl_chunk", 64, "keep-states")]
+    assert {"dQ", "dK+dV"} <= set(kept) and "states + dQ (inter)" not in kept
+    rates = structural.load_rates("h100-sxm")
+    recomputed, kept = (structural.predict(wide, "xl_chunk", 128, rates, tiling).seconds
+                        for tiling in (None, "keep-states"))
+    assert kept < recomputed
+
+
 @pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8), ("v11", 4)])
 def test_former_versions_ran_the_exp_fused_forward_at_8_warps(version, fused_warps):
     """An ``ALGORITHM.FIELD`` override sets that algorithm's tiling only: v9's mLSTMexp fused forward at

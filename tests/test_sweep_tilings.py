@@ -88,7 +88,8 @@ def test_named_tilings_set_fields_of_the_kernels_tiling_classes():
 
 def test_a_tiling_runs_through_the_launcher_and_agrees_with_the_default():
     spec = get_kernel(XL_CHUNK)
-    tiled = SweepPoint(1, 64, 1, 16, 32, 32, "float32", "fwdbw", "dv_block_v=16,state_dtype=float32")
+    tiled = SweepPoint(1, 64, 1, 16, 32, 32, "float32", "fwdbw",
+                       "dv_block_v=16,state_dtype=float32,recompute_states=false")
     outputs = []
     for point in (POINT, tiled):
         inputs = spec.make_inputs(point, torch.device("cpu"))
@@ -96,6 +97,18 @@ def test_a_tiling_runs_through_the_launcher_and_agrees_with_the_default():
         inputs |= {name: torch.randn_like(inputs[name]) for name in ("q", "k", "v", "i", "f")}
         outputs.append(spec.run(inputs))
     assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
+
+
+def test_keeping_the_states_is_a_launcher_option_of_xl_chunk_only():
+    """``recompute_states`` (the named `keep-states`) goes to xl_chunk's launcher as
+    ``recompute_states_in_bw``, not into its tiling; fused_chunk, whose forward keeps no states, refuses
+    it."""
+    shape = dict(chunk=32, head_dim_qk=16, head_dim_v=32, variant="sig")
+    options = tilings.launch_options("xl_chunk", "keep-states", **shape)
+    assert options["recompute_states_in_bw"] is False and "recompute_states" not in vars(options["tiling"])
+    assert "recompute_states_in_bw" not in tilings.launch_options("xl_chunk", "dv_block_v=16", **shape)
+    with pytest.raises(InputError, match="not a field of fused_chunk"):
+        tilings.launch_options("fused_chunk", "recompute_states=false", **shape)
 
 
 class CountingSpec:

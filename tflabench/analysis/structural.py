@@ -653,23 +653,27 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     return launch
 
 
-def _tfla_backward(problem: Problem, tiling, state_bytes: int) -> list[Launch]:
-    """TFLA's backward (`xl_chunk._backward`, states recomputed): gate cumsums, state recurrence, dQ, state
-    gradients, dK and dV (one kernel where the tiling fuses them) and the gate gradients; with
-    `Tiling.uses_fused_dq`, the recurrence gives dQ's inter-chunk part and the dK/dV kernel the rest."""
+def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states: bool = True) -> list[Launch]:
+    """TFLA's backward (`xl_chunk._backward`): gate cumsums, the state recurrence again (unless the forward's
+    states were kept, recompute_states False), dQ, state gradients, dK and dV (one kernel where the tiling
+    fuses them) and the gate gradients; with `Tiling.uses_fused_dq` and recomputed states, the recurrence
+    gives dQ's inter-chunk part and the dK/dV kernel the rest."""
     dims = problem.head_dim_qk, problem.head_dim_v
     gate = _gate_launch(problem, tiling.chunk, tiling.block_state)
     state_gradients = _recurrence_launch("state gradients", problem, tiling, state_bytes, STATE_GRADS_KERNEL)
-    if tiling.uses_fused_dq(*dims):
+    if recompute_states and tiling.uses_fused_dq(*dims):
         return [gate, _states_dq_launch(problem, tiling), state_gradients,
                 _dkdv_launch(problem, tiling, state_bytes, with_dq=True), *_gate_gradient_launches(problem)]
     if tiling.uses_fused_dkdv(*dims):
         key_gradients = [_dkdv_launch(problem, tiling, state_bytes)]
     else:
         key_gradients = [_gradient_launch(name, problem, tiling, state_bytes) for name in ("dK", "dV")]
+    recomputed = [_recurrence_launch("states (recomputed)", problem, tiling, state_bytes)]
+    if not recompute_states:
+        recomputed = []
     return [
         gate,
-        _recurrence_launch("states (recomputed)", problem, tiling, state_bytes),
+        *recomputed,
         _gradient_launch("dQ", problem, tiling, state_bytes),
         state_gradients,
         *key_gradients,
@@ -712,7 +716,8 @@ def launches(problem: Problem, algorithm: str, chunk: int, tiling: str | dict | 
             _recurrence_launch("states", problem, tfla_tiling, state_bytes),
             _output_launch(problem, tfla_tiling, state_bytes),
         ]
-    backward = _tfla_backward(problem, tfla_tiling, state_bytes) if problem.mode == "fwdbw" else []
+    recompute = algorithm == "fused_chunk" or tiling.get("recompute_states", True)
+    backward = _tfla_backward(problem, tfla_tiling, state_bytes, recompute) if problem.mode == "fwdbw" else []
     _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk, tiling))
     _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk, tiling))
     return forward + backward

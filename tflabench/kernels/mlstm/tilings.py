@@ -4,7 +4,9 @@ A tiling is written as text: a name of `NAMED` (the candidates measured in resul
 overrides ``FIELD=VALUE[,FIELD=VALUE...]`` of the algorithm's tiling class, applied on top of its measured
 default (`xl_chunk.Tiling.default`, `fused_chunk.FusedTiling.default`) at the point's chunk size and head
 dims. xl_chunk also takes ``state_dtype`` (bfloat16, float16 or float32: the dtype of the materialized
-chunk states, float32 like the reference kernels). `launch_options` turns a tiling into the keyword
+chunk states, float32 like the reference kernels) and ``recompute_states`` (false: the forward's chunk
+states kept for the backward instead of recomputed there, `xl_chunk.mlstm_xl_chunk`'s
+``recompute_states_in_bw``). `launch_options` turns a tiling into the keyword
 arguments of the kernel's launcher; an unknown name or field raises `InputError`.
 
 The Triton kernels are imported only by the functions (Triton's interpreter mode must be chosen first).
@@ -69,6 +71,8 @@ STATE_DTYPES = ("bfloat16", "float16", "float32")
 NAMED: dict[str, dict[str, Any]] = {
     # the materialized chunk states in fp32 like the reference kernels (an ablation at equal state bytes)
     "fp32states": {"state_dtype": "float32"},
+    # the forward's chunk states kept for the backward (memory for the backward's second state recurrence)
+    "keep-states": {"recompute_states": False},
     # the recurrent (state) kernel: warps, sub-chunk, state tiles, stages
     "state-w8": {"state_num_warps": 8},
     "state-bl32": {"block_state": 32},
@@ -157,7 +161,7 @@ def _field_types(algorithm: str) -> dict[str, str]:
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
     types = {item.name: str(item.type) for item in fields(Tiling) if item.name != "chunk"}
-    return types | {"state_dtype": "str"}
+    return types | {"state_dtype": "str", "recompute_states": "bool"}
 
 
 def overrides(tiling: str) -> dict[str, Any]:
@@ -198,9 +202,10 @@ def _typed(text: str, kind: str, name: str, tiling: str) -> Any:
 
 def launch_options(algorithm: str, tiling: str, *, chunk: int, head_dim_qk: int, head_dim_v: int,
                    variant: str) -> dict[str, Any]:
-    """The launcher's keyword arguments (``tiling``, and ``state_dtype`` where given) of a tiling text at
-    one chunk size and pair of head dims. InputError when the tiling is unknown, sets a field the
-    algorithm's tiling class does not have, or does not fit the head dims and chunk size."""
+    """The launcher's keyword arguments (``tiling``, and ``state_dtype`` and ``recompute_states_in_bw``
+    where given) of a tiling text at one chunk size and pair of head dims. InputError when the tiling is
+    unknown, sets a field the algorithm's tiling class does not have, or does not fit the head dims and
+    chunk size."""
     values = overrides(tiling)
     foreign = sorted(set(values) - set(_field_types(algorithm)))
     if foreign:
@@ -216,11 +221,14 @@ def launch_options(algorithm: str, tiling: str, *, chunk: int, head_dim_qk: int,
     from tflabench.kernels.mlstm.xl_chunk import Tiling
 
     state_dtype = values.pop("state_dtype", None)
+    recompute_states = values.pop("recompute_states", None)
     default = Tiling.default(chunk, head_dim_qk, head_dim_v, variant=variant)
     chosen = replace(default, **values).for_chunk(chunk)
     chosen.check(head_dim_qk, head_dim_v)
     options: dict[str, Any] = {"tiling": chosen}
     if state_dtype is not None:
         options["state_dtype"] = getattr(torch, state_dtype)
+    if recompute_states is not None:
+        options["recompute_states_in_bw"] = recompute_states
     return options
 
