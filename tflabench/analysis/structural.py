@@ -499,9 +499,11 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
 
 
 def _blocks(dim: int, block: int) -> int:
-    """Programs (or loop trips) over a head dim in blocks: the launchers' cdiv (a block that does not divide
-    the head dim, ours since v13 or the reference's, covers the rest with masked tiles)."""
-    return -(-dim // block)
+    """Programs (or loop trips) over a head dim in blocks: the launchers' `launch.block_count` (a block that
+    does not divide the head dim, ours since v13 or the reference's, covers the rest with masked tiles)."""
+    from tflabench.kernels.mlstm.launch import block_count
+
+    return block_count(dim, block)
 
 
 def _mean_causal_tiles(chunk: int, outer_block: int, inner_block: int) -> float:
@@ -668,9 +670,9 @@ def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states:
         key_gradients = [_dkdv_launch(problem, tiling, state_bytes)]
     else:
         key_gradients = [_gradient_launch(name, problem, tiling, state_bytes) for name in ("dK", "dV")]
-    recomputed = [_recurrence_launch("states (recomputed)", problem, tiling, state_bytes)]
-    if not recompute_states:
-        recomputed = []
+    recomputed = []
+    if recompute_states:
+        recomputed.append(_recurrence_launch("states (recomputed)", problem, tiling, state_bytes))
     return [
         gate,
         *recomputed,
