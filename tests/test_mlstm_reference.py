@@ -421,13 +421,15 @@ def test_mlstm_passes_every_option_to_the_chunked_kernels(monkeypatch, algorithm
         eps=1e-5,
         initial_state=initial,
         return_final_state=True,
+        recompute_states_in_bw=False,
     )
     assert result == "h"
     ((name, args, kwargs),) = calls
     assert name == f"mlstm_{algorithm}"
     assert all(a is b for a, b in zip(args, inputs.values(), strict=True))
     assert kwargs == dict(
-        variant="sig", chunk_size=16, normalize=True, eps=1e-5, initial_state=initial, return_final_state=True
+        variant="sig", chunk_size=16, normalize=True, eps=1e-5, initial_state=initial,
+        return_final_state=True, recompute_states_in_bw=False,
     )
 
 
@@ -526,6 +528,11 @@ def _initial_state(C_shape=(1, 2, 16, 32), n_shape=None, m_shape=None, length=3)
             _initial_state(m_shape=(1, 2, 1)), r"initial_state m must have shape \(1, 2\)", id="state-m"
         ),
         pytest.param(_initial_state(length=2), r"initial_state must be a tuple \(C, n, m\)", id="state-len"),
+        pytest.param(
+            _option(recompute_states_in_bw=1),
+            r"recompute_states_in_bw must be True or False, got 1",
+            id="recompute",
+        ),
     ],
 )
 def test_mlstm_rejects_bad_input(mutate, message):

@@ -82,11 +82,13 @@ class Case:
     algorithm: str
     chunk_size: int
     gates: str = "long-memory"
+    recompute_states_in_bw: bool = True
 
     @property
     def name(self) -> str:
         cell = self.variant + ("-normalized" if self.normalize else "")
-        return f"{cell}-{self.algorithm}-L{self.chunk_size}-{self.gates}"
+        kept = "" if self.recompute_states_in_bw else "-kept-states"
+        return f"{cell}-{self.algorithm}-L{self.chunk_size}-{self.gates}{kept}"
 
 
 BF16_CASES = [
@@ -97,6 +99,9 @@ BF16_CASES = [
     Case("sig", False, "limit_chunk", 64),
     Case("exp", None, "xl_chunk", 128, gates="short-memory"),
     Case("sig", False, "xl_chunk", 128, gates="short-memory"),
+    Case("exp", None, "xl_chunk", 128, recompute_states_in_bw=False),
+    Case("sig", False, "xl_chunk", 256, recompute_states_in_bw=False),
+    Case("sig", False, "limit_chunk", 64, recompute_states_in_bw=False),
     *(Case(variant, normalize, "fused_chunk", chunk) for variant, normalize in (("exp", None), ("sig", False))
       for chunk in (32, 64, 128)),
     Case("sig", True, "fused_chunk", 64),
@@ -105,8 +110,11 @@ BF16_CASES = [
 ]
 
 
-SMALL_HEAD_DIM_CASES = [Case(variant, normalize, algorithm, 64) for variant, normalize in (("exp", None),
-                        ("sig", False)) for algorithm in ("xl_chunk", "limit_chunk", "fused_chunk")]
+SMALL_HEAD_DIM_CASES = [
+    *(Case(variant, normalize, algorithm, 64) for variant, normalize in (("exp", None), ("sig", False))
+      for algorithm in ("xl_chunk", "limit_chunk", "fused_chunk")),
+    Case("exp", None, "xl_chunk", 64, recompute_states_in_bw=False),
+]
 SMALL_HEAD_DIM_SHAPES = {
     "qk64-v32": Shape(batch=2, seq_len=128, heads=2, head_dim_qk=64, head_dim_v=32),
     "qk32-v32": Shape(batch=2, seq_len=256, heads=4, head_dim_qk=32, head_dim_v=32),
@@ -179,7 +187,9 @@ def errors_against_reference(
     problem = make_problem(seed, shape, case.gates, dtype, device)
     cell = dict(variant=case.variant, normalize=case.normalize)
     kernel = run(
-        partial(mlstm, **cell, algorithm=case.algorithm, chunk_size=case.chunk_size), problem, dtype, F32
+        partial(mlstm, **cell, algorithm=case.algorithm, chunk_size=case.chunk_size,
+                recompute_states_in_bw=case.recompute_states_in_bw),
+        problem, dtype, F32,
     )
     assert kernel["h"].dtype == dtype and kernel["dq"].dtype == dtype and kernel["C"].dtype == F32
     reference_chunk = min(REFERENCE_CHUNK, shape.seq_len)

@@ -111,6 +111,23 @@ def test_keeping_the_states_is_a_launcher_option_of_xl_chunk_only():
         tilings.launch_options("fused_chunk", "recompute_states=false", **shape)
 
 
+def test_every_mlstm_row_records_whether_the_backward_recomputes_the_states():
+    """xl_chunk's rows say False with the `keep-states` tiling (or ``recompute_states=false``) and True
+    otherwise; our other algorithms and the reference's chunkwise kernels recompute them (True)."""
+    spec = get_kernel(XL_CHUNK)
+    cpu = torch.device("cpu")
+
+    def recorded(tiling):
+        params = {**spec.params, **spec.point_params(replace(POINT, tiling=tiling), cpu)}
+        return params["recompute_states_in_bw"]
+
+    tiling_texts = (None, "dv_block_v=16", "keep-states", "recompute_states=false")
+    assert [recorded(tiling) for tiling in tiling_texts] == [True, True, False, False]
+    for name in ("tflabench.mlstm_sig.fused_chunk", "tflabench.mlstm_exp.limit_chunk",
+                 "mlstm_kernels.mlstm_sig.xl_chunk", "mlstm_kernels.mlstm_exp.limit_chunk"):
+        assert get_kernel(name).params["recompute_states_in_bw"] is True, name
+
+
 class CountingSpec:
     """A kernel spec whose reference check records the configurations and sizes it was asked for."""
 

@@ -3,7 +3,8 @@
 Kernels: mLSTMexp and mLSTMsig xl_chunk (TFLA), mLSTMexp limit_chunk, and the quadratic mLSTMexp kernel
 `mlstm_parallel__limit_headdim`. Layout (B, H, T, D) with gate pre-activations (B, H, T); the query scale is
 fixed at Dqk^-1/2 inside. mLSTMsig is called with ``normalize=False`` (the paper's benchmark form; the
-package defaults to True). The chunkwise kernels start from m_0 = 0 and are checked against the recurrent
+package defaults to True). The chunkwise kernels start from m_0 = 0, run with the package's
+``recompute_states_in_bw=True`` (recorded in each row's params) and are checked against the recurrent
 reference; the parallel kernel has no initial state (m_0 = -inf) and is checked against the parallel form.
 
 Known failure: on Hopper with Triton 3.6, compiling the mLSTMexp xl_chunk kernel aborts the process (LLVM
@@ -106,18 +107,18 @@ def _register() -> None:
     register(peer_spec(
         "mlstm_kernels.mlstm_exp.xl_chunk", "mlstm_exp", MAPPINGS["mlstm_exp.xl_chunk"], availability,
         **chunkwise, unsupported=_xl_chunk_unsupported, neutral_inputs=exp_inputs,
-        params={"algorithm": "xl_chunk"},
+        params={"algorithm": "xl_chunk", "recompute_states_in_bw": True},
     ))
     register(peer_spec(
         "mlstm_kernels.mlstm_sig.xl_chunk", "mlstm_sig", MAPPINGS["mlstm_sig.xl_chunk"], availability,
         **chunkwise, unsupported=_xl_chunk_unsupported,
         neutral_inputs=family_inputs("mlstm_sig", normalize=False),
-        params={"algorithm": "xl_chunk", "normalize": False},
+        params={"algorithm": "xl_chunk", "normalize": False, "recompute_states_in_bw": True},
     ))
     register(peer_spec(
         "mlstm_kernels.mlstm_exp.limit_chunk", "mlstm_exp", MAPPINGS["mlstm_exp.limit_chunk"], availability,
         **chunkwise, unsupported=_limit_chunk_unsupported, neutral_inputs=exp_inputs,
-        params={"algorithm": "limit_chunk"},
+        params={"algorithm": "limit_chunk", "recompute_states_in_bw": True},
     ))
     register(peer_spec(
         "mlstm_kernels.mlstm_exp.parallel", "mlstm_exp", MAPPINGS["mlstm_exp.parallel"], availability,

@@ -1,7 +1,9 @@
 """tflabench's own mLSTM kernels (`tflabench.kernels.mlstm`): mLSTMexp and mLSTMsig, each with the TFLA
 xl_chunk, the single-level limit_chunk and the fused_chunk algorithm at the sweep's chunk size, and "auto"
 (the package default: algorithm and chunk size chosen for the shape and the GPU, recorded in each row's
-params as "choice"). xl_chunk and fused_chunk take the sweep's tiling variants
+params as "choice"). Each row records ``recompute_states_in_bw`` (True: the backward recomputes the
+chunk states, as `mlstm` does by default; xl_chunk's `keep-states` tiling: False; fused_chunk's forward
+keeps none). xl_chunk and fused_chunk take the sweep's tiling variants
 (`tflabench.kernels.mlstm.tilings`; the tiling is resolved with the inputs, outside the timed call, and
 the correctness gate checks each tiling).
 
@@ -111,6 +113,13 @@ def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMappin
     return PeerMapping(to_native, call, lambda output: output, grad_inputs=("q", "k", "v", "i", "f"))
 
 
+def _kept_states(point: SweepPoint, device: torch.device) -> dict:
+    """point_params of xl_chunk: whether the backward recomputes the chunk states, as the point's tiling
+    says (`keep-states`: no)."""
+    fields = {} if point.tiling in (None, "default") else tilings.overrides(point.tiling)
+    return {"recompute_states_in_bw": fields.get("recompute_states", True)}
+
+
 def _auto_choice(variant: str):
     """point_params of the "auto" kernel: what `mlstm` picks for the point on the device, with the reason."""
     def point_params(point: SweepPoint, device: torch.device) -> dict:
@@ -121,6 +130,10 @@ def _auto_choice(variant: str):
         return {"choice": picked.as_params()}
 
     return point_params
+
+
+#: per algorithm, the parameters it decides per point (besides "auto"'s choice)
+_POINT_PARAMS = {"xl_chunk": _kept_states}
 
 
 def _register() -> None:
@@ -135,8 +148,9 @@ def _register() -> None:
                 unsupported=_unsupported(variant, algorithm), uses_tiling=algorithm in TILED_ALGORITHMS,
                 neutral_inputs=family_inputs(family, normalize=normalize),
                 params={"variant": variant, "algorithm": algorithm, "normalize": normalize,
+                        "recompute_states_in_bw": True,
                         "cost_params": {"state_bytes": STATE_BYTES_OF_OPERANDS}},
-                point_params=None if chunked else _auto_choice(variant),
+                point_params=_POINT_PARAMS.get(algorithm) or (None if chunked else _auto_choice(variant)),
             ))
 
 

@@ -20,7 +20,8 @@ Accepted inputs (anything else raises `tflabench.errors.InputError`, a ValueErro
     dtypes: bfloat16, float16, float32 or float64; q, k, v of one dtype; all tensors on one device;
     chunk_size (chunked algorithms only): None (the algorithm's measured default) or a power of two >= 16
     that divides T (limit_chunk and fused_chunk: <= 128);
-    initial_state: (C [B, H, Dqk, Dv], n [B, H, Dqk] or None, m [B, H] or None), not with "parallel".
+    initial_state: (C [B, H, Dqk, Dv], n [B, H, Dqk] or None, m [B, H] or None), not with "parallel";
+    recompute_states_in_bw: True or False.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def mlstm(
     eps: float = 1e-6,
     initial_state: InitialState | None = None,
     return_final_state: bool = False,
+    recompute_states_in_bw: bool = True,
 ) -> Tensor | tuple[Tensor, State]:
     """mLSTM cell output h-tilde (before output gate and NORM), autograd-capable.
 
@@ -64,6 +66,12 @@ def mlstm(
     h [B, T, H, Dv] in the dtype of q and, with ``return_final_state``, also the final state
     (C [B, H, Dqk, Dv], n [B, H, Dqk], m [B, H]) in float32 (float64 for float64 inputs).
     algorithm "auto" and chunk_size None choose from the measured table (`choice.choose`, which says why).
+    recompute_states_in_bw (xl_chunk and limit_chunk; as the reference kernels): True, the default, runs the
+    state recurrence again in the backward pass; False keeps the forward's chunk states for it instead,
+    B * H * (T / L) * Dqk * Dv elements in the dtype of q held from forward to backward (256 MiB at TFLA
+    Fig. 4's 8 x 8192, 16 x 128/256, L = 256, bf16), for a forward + backward 7-13 % faster at head dims of
+    128 and more and 0-9 % at 64 (results/{h100,h200}/ab-keep-states). fused_chunk's forward keeps no states:
+    its backward recomputes them whatever this says; parallel and recurrent have no chunk states.
     """
     options = dict(
         variant=variant,
@@ -73,6 +81,8 @@ def mlstm(
         return_final_state=return_final_state,
     )
     validate_inputs(q, k, v, i, f, algorithm=algorithm, chunk_size=chunk_size, **options)
+    if not isinstance(recompute_states_in_bw, bool):
+        raise InputError(f"recompute_states_in_bw must be True or False, got {recompute_states_in_bw!r}")
     if algorithm == "auto" or (algorithm in CHUNKED_ALGORITHMS and chunk_size is None):
         from tflabench.kernels.mlstm.choice import choose_for_call
 
@@ -85,6 +95,8 @@ def mlstm(
         )
     if algorithm == "recurrent":
         return reference.mlstm_recurrent(q, k, v, i, f, **options, detach_normalizer=True)
+    if algorithm in ("xl_chunk", "limit_chunk"):
+        options["recompute_states_in_bw"] = recompute_states_in_bw
     return triton_launcher(algorithm)(q, k, v, i, f, chunk_size=chunk_size, **options)
 
 

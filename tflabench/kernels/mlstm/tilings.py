@@ -73,10 +73,6 @@ NAMED: dict[str, dict[str, Any]] = {
     "fp32states": {"state_dtype": "float32"},
     # the forward's chunk states kept for the backward (memory for the backward's second state recurrence)
     "keep-states": {"recompute_states": False},
-    # the forward in one launch, the states handed from chunk to chunk through L2 (`xl_chunk.Tiling.chained`);
-    # with the states also kept for the backward
-    "chained": {"chained": True},
-    "chained-keep-states": {"chained": True, "recompute_states": False},
     # the recurrent (state) kernel: warps, sub-chunk, state tiles, stages
     "state-w8": {"state_num_warps": 8},
     "state-bl32": {"block_state": 32},

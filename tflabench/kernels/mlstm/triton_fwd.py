@@ -103,21 +103,13 @@ def store_cols(ptrs, value, cols, D: tl.constexpr, BD: tl.constexpr):
 
 
 @triton.jit
-def load_state(ptrs, rows, cols, DQK: tl.constexpr, BK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-               COHERENT: tl.constexpr = False):
+def load_state(ptrs, rows, cols, DQK: tl.constexpr, BK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
     """tl.load of a [BK, BV] state tile, rows ``rows`` of the Dqk head dim and columns ``cols`` of the Dv
-    one; as `load_cols` on both axes. COHERENT: past the SM's L1 (``.cg``), for a state another program
-    of the same launch wrote (`chunk_chained_kernel`)."""
-    mask = (rows < DQK)[:, None] & (cols < DV)[None, :]
+    one; as `load_cols` on both axes."""
     if DQK % BK == 0 and DV % BV == 0:
-        if COHERENT:
-            tile = tl.load(ptrs, cache_modifier=".cg")
-        else:
-            tile = tl.load(ptrs)
-    elif COHERENT:
-        tile = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+        tile = tl.load(ptrs)
     else:
-        tile = tl.load(ptrs, mask=mask, other=0.0)
+        tile = tl.load(ptrs, mask=(rows < DQK)[:, None] & (cols < DV)[None, :], other=0.0)
     return tile
 
 
@@ -193,29 +185,24 @@ def state_source(c_ptr, state, DQK: tl.constexpr, DV: tl.constexpr, TMA: tl.cons
 
 @triton.jit
 def load_state_tile(src, row, col, DQK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                    TMA: tl.constexpr, COHERENT: tl.constexpr = False):
+                    TMA: tl.constexpr):
     """The [BK, BV] tile at rows row.. and columns col.. of a chunk's state [DQK, DV] (src: its
-    `state_source`; COHERENT: as `load_state`)."""
+    `state_source`)."""
     source, row0 = src
     if TMA:
         tile = source.load([row0 + row, col])
     else:
         rows = row + tl.arange(0, BK)
         cols = col + tl.arange(0, BV)
-        tile = load_state(source + rows[:, None] * DV + cols[None, :], rows, cols, DQK, BK, DV, BV, COHERENT)
+        tile = load_state(source + rows[:, None] * DV + cols[None, :], rows, cols, DQK, BK, DV, BV)
     return tile
 
 
 @triton.jit
-def load_vector(ptrs, offs, D: tl.constexpr, BD: tl.constexpr, COHERENT: tl.constexpr = False):
-    """tl.load of a [BD] block of a vector over a head dim of D (`load_cols`; COHERENT: as `load_state`)."""
+def load_vector(ptrs, offs, D: tl.constexpr, BD: tl.constexpr):
+    """tl.load of a [BD] block of a vector over a head dim of D (`load_cols`)."""
     if D % BD == 0:
-        if COHERENT:
-            vector = tl.load(ptrs, cache_modifier=".cg")
-        else:
-            vector = tl.load(ptrs)
-    elif COHERENT:
-        vector = tl.load(ptrs, mask=offs < D, other=0.0, cache_modifier=".cg")
+        vector = tl.load(ptrs)
     else:
         vector = tl.load(ptrs, mask=offs < D, other=0.0)
     return vector
@@ -427,43 +414,38 @@ def chunk_outputs_kernel(
     h_dst = token_source(h_ptr, stride_h_b, stride_h_h, batch, head, T, DV, TMA)
     c_src = state_source(c_ptr, bh * NC + chunk, DQK, DV, TMA)
     c_first = load_state_tile(c_src, 0, pid_v * BV, DQK, DV, BK, BV, TMA)
-    m_prev = 0.0
-    if STABILIZE:
-        m_prev = tl.load(m_ptr + bh * (NC + 1) + chunk)
     for q_tile in tl.static_range(Q_TILES):
         _chunk_output_tile(
-            q_src, k_src, v_src, h_dst, c_src, c_first, b_ptr, ig_ptr, g_ptr, n_ptr + (bh * NC + chunk) * DQK,
-            m_prev, denom_ptr, m_comb_ptr, stride_q_t, stride_k_t, stride_v_t, stride_h_t,
-            T, qk_scale, eps, pid_v, pid_q_group * Q_TILES + q_tile, bh, chunk,
-            DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE, PREFIX_MAX, TMA, TMA, False,
+            q_src, k_src, v_src, h_dst, c_src, c_first, b_ptr, ig_ptr, g_ptr, n_ptr, m_ptr, denom_ptr,
+            m_comb_ptr, stride_q_t, stride_k_t, stride_v_t, stride_h_t,
+            T, NC, qk_scale, eps, pid_v, pid_q_group * Q_TILES + q_tile, bh, chunk,
+            DQK, DV, L, BLQ, BLKV, BK, BV, STABILIZE, NORMALIZE, PREFIX_MAX, TMA,
         )
 
 
 @triton.jit
 def _chunk_output_tile(
-    q_src, k_src, v_src, h_dst, c_src, c_first, b_ptr, ig_ptr, g_ptr, n_base, m_prev, denom_ptr, m_comb_ptr,
+    q_src, k_src, v_src, h_dst, c_src, c_first, b_ptr, ig_ptr, g_ptr, n_ptr, m_ptr, denom_ptr, m_comb_ptr,
     stride_q_t, stride_k_t, stride_v_t, stride_h_t,
-    T, qk_scale, eps, pid_v, pid_q, bh, chunk,
+    T, NC, qk_scale, eps, pid_v, pid_q, bh, chunk,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, PREFIX_MAX: tl.constexpr, TMA: tl.constexpr,
-    STATE_TMA: tl.constexpr, COHERENT: tl.constexpr,
 ):
     """h (and denom, m_comb) of query tile pid_q of a chunk for value block pid_v; c_first: the state
-    tile C_{k-1}[:BK, value block] [BK, BV], the rest read from c_src (a `state_source`; STATE_TMA: a
-    descriptor, COHERENT: as `load_state`), n_base: the normalizer n_{k-1} [DQK] fp32, m_prev: the max state
-    m_{k-1}. mLSTMexp (STABILIZE) with PREFIX_MAX takes m_comb from the prefix max g of `gate_cumsum_kernel`
-    before any key/value tile (no row max, no rescaling); without it, from an online max over the key/value
-    tiles, FlashAttention-style."""
+    tile C_{k-1}[:BK, value block] [BK, BV]. mLSTMexp (STABILIZE) with PREFIX_MAX takes m_comb from the
+    prefix max g of `gate_cumsum_kernel` before any key/value tile (no row max, no rescaling); without it,
+    from an online max over the key/value tiles, FlashAttention-style."""
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
     offs_dk = tl.arange(0, BK)
     q_start = chunk * L + pid_q * BLQ
     t_q = q_start + tl.arange(0, BLQ)
+    n_base = n_ptr + (bh * NC + chunk) * DQK
     b_q = tl.load(b_ptr + bh * T + t_q)
 
     if STABILIZE:
-        m_inter = b_q + m_prev
+        m_inter = b_q + tl.load(m_ptr + bh * (NC + 1) + chunk)
         if PREFIX_MAX:
             m_run = tl.maximum(m_inter, b_q + tl.load(g_ptr + bh * T + t_q))
             q_gate = tl.exp(m_inter - m_run) * qk_scale
@@ -479,16 +461,15 @@ def _chunk_output_tile(
     h_acc = tl.dot(q_gated, c_first.to(q_first.dtype))
     n_acc = tl.zeros([BLQ], dtype=tl.float32)
     if NORMALIZE:
-        n_first = load_vector(n_base + offs_dk, offs_dk, DQK, BK, COHERENT)
-        n_acc += tl.sum(q_gated.to(tl.float32) * n_first[None, :], 1)
+        n_acc += tl.sum(q_gated.to(tl.float32) * load_vector(n_base + offs_dk, offs_dk, DQK, BK)[None, :], 1)
     for dk in range(BK, DQK, BK):
         dk_offs = dk + offs_dk
         q_tile = load_token_tile(q_src, stride_q_t, q_start, dk, DQK, BLQ, BK, TMA)
         q_gated = (q_tile.to(tl.float32) * q_gate[:, None]).to(q_tile.dtype)
-        c_tile = load_state_tile(c_src, dk, pid_v * BV, DQK, DV, BK, BV, STATE_TMA, COHERENT)
+        c_tile = load_state_tile(c_src, dk, pid_v * BV, DQK, DV, BK, BV, TMA)
         h_acc += tl.dot(q_gated, c_tile.to(q_tile.dtype))
         if NORMALIZE:
-            n_tile = load_vector(n_base + dk_offs, dk_offs, DQK, BK, COHERENT)
+            n_tile = load_vector(n_base + dk_offs, dk_offs, DQK, BK)
             n_acc += tl.sum(q_gated.to(tl.float32) * n_tile[None, :], 1)
 
     num_kv_tiles = (pid_q + 1) * BLQ // BLKV

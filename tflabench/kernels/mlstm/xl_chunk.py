@@ -56,10 +56,6 @@ class Tiling:
     spans the value head dim (state_block_v = Dv), and the backward recomputes the states: the recurrence
     applies each state to dH (the inter-chunk part of dQ) instead of storing it, and the dK/dV kernel also
     computes dQ (`triton_bwd.chunk_states_dq_kernel`, `chunk_dkdv_kernel` WITH_DQ).
-    chained: the forward in one launch (`triton_chained.chunk_chained_kernel`): each output program also
-    updates its chunk's state and hands it to the next chunk's program through L2, so the states are not
-    written to HBM and k and v are read once (each program covers all query tiles of its chunk, so
-    out_q_tiles does not apply).
     Dataclass defaults are generic; `Tiling.default` is the measured choice.
     """
 
@@ -89,7 +85,6 @@ class Tiling:
     dkdv_num_warps: int = 8
     dkdv_num_stages: int = 1
     fused_dq: bool = False
-    chained: bool = False
 
     def uses_fused_dkdv(self, head_dim_qk: int, head_dim_v: int) -> bool:
         powers_of_two = not (head_dim_qk & (head_dim_qk - 1) or head_dim_v & (head_dim_v - 1))
@@ -334,27 +329,18 @@ def _chunk_states(k, v, log_f_cumsum, log_i, chunk_max, initial, tiling: Tiling,
 
 
 def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool, eps: float,
-             state_dtype: torch.dtype, keep_states: bool = True) -> _Forward:
-    """The forward pass; keep_states: the chunk states are wanted in the result (the backward keeps them;
-    the chained forward writes them only then)."""
+             state_dtype: torch.dtype) -> _Forward:
     B, T, H, DQK = q.shape
     DV = v.shape[-1]
     NC = T // tiling.chunk
     stabilize = not sig
     prefix_max = stabilize and tiling.out_prefix_max
     log_f_cumsum, log_i, gate_max, chunk_max = _gate_cumsums(i, f, tiling, sig, prefix_max)
-    gates = (log_f_cumsum, log_i, gate_max, chunk_max)
+    states, norms, maxes, c_last, n_last = _chunk_states(
+        k, v, log_f_cumsum, log_i, chunk_max, initial, tiling, normalize, state_dtype)
     h = torch.empty(B, T, H, DV, device=q.device, dtype=q.dtype)
     denom = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if normalize else log_i
     m_comb = torch.empty(B * H, T, device=q.device, dtype=torch.float32) if stabilize else log_i
-    if tiling.chained:
-        states, maxes, c_last, n_last = _chained_forward(
-            q, k, v, gates, initial, (h, denom, m_comb), tiling, normalize, eps,
-            state_dtype if keep_states else None)
-        return _Forward(h, states, None, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i,
-                        chunk_max, state_dtype)
-    states, norms, maxes, c_last, n_last = _chunk_states(
-        k, v, log_f_cumsum, log_i, chunk_max, initial, tiling, normalize, state_dtype)
     query_tile_groups = tiling.chunk // (tiling.block_q * tiling.out_q_tiles)
     grid, tiles = _chunk_launch(block_count(DV, tiling.out_block_v), query_tile_groups, NC * B * H)
     tma = tiling.out_tma and _tma_ready((q, k, v, h), (DQK, DV), (tiling.block_qk, tiling.out_block_v))
@@ -376,63 +362,6 @@ def _forward(q, k, v, i, f, initial, tiling: Tiling, sig: bool, normalize: bool,
     )
     return _Forward(h, states, norms, maxes, c_last, n_last, denom, m_comb, log_f_cumsum, log_i, chunk_max,
                     state_dtype)
-
-
-def _chained_forward(q, k, v, gates, initial, outputs, tiling: Tiling, normalize: bool, eps: float,
-                     state_dtype: torch.dtype | None):
-    """Launch `triton_chained.chunk_chained_kernel`; gates: `_gate_cumsums`' four, outputs: (h, denom,
-    m_comb) to write. state_dtype: the dtype in which to keep the states for the backward, or None to keep
-    none. Returns states (or None), maxes, c_last, n_last (see `_Forward`)."""
-    from tflabench.kernels.mlstm import triton_chained
-
-    B, T, H, DQK = q.shape
-    DV = v.shape[-1]
-    NC, BH = T // tiling.chunk, B * H
-    num_value_blocks = block_count(DV, tiling.out_block_v)
-    log_f_cumsum, log_i, gate_max, chunk_max = gates
-    h, denom, m_comb = outputs
-    ring_c, ring_n, ring_m = _state_ring(initial, BH, num_value_blocks, DQK, DV, q.device)
-    counters = torch.zeros(1 + BH * num_value_blocks, device=q.device, dtype=torch.int32)
-    states = None if state_dtype is None else torch.empty(BH, NC, DQK, DV, device=q.device, dtype=state_dtype)
-    c_last = torch.empty(BH, DQK, DV, device=q.device, dtype=torch.float32)
-    n_last = torch.zeros(BH, DQK, device=q.device, dtype=torch.float32)
-    maxes = torch.zeros(BH, NC + 1, device=q.device, dtype=torch.float32)
-    BLQ, BLKV, BK, BV = tiling.block_q, tiling.out_block_kv, tiling.block_qk, tiling.out_block_v
-    tma = tiling.out_tma and _tma_ready((q, k, v, h), (DQK, DV), (BK, BV))
-    q_src, k_src, v_src, h_dst = q, k, v, h
-    if tma:
-        q_src, k_src = _token_descriptor(q, BLQ, BK), _token_descriptor(k, BLKV, BK)
-        v_src, h_dst = _token_descriptor(v, BLKV, BV), _token_descriptor(h, BLQ, BV)
-    triton_chained.chunk_chained_kernel[(NC * BH * num_value_blocks,)](
-        q_src, k_src, v_src, log_f_cumsum, log_i, log_i if gate_max is None else gate_max,
-        log_i if chunk_max is None else chunk_max, ring_c, ring_n, ring_m, counters,
-        ring_c if states is None else states, maxes, c_last, n_last, h_dst, denom, m_comb,
-        *token_strides(q), *token_strides(k), *token_strides(v), *token_strides(h),
-        T, H, NC, BH, 1.0 / math.sqrt(DQK), eps,
-        DQK=DQK, DV=DV, L=tiling.chunk, BLQ=BLQ, BLKV=BLKV, BK=BK, BV=BV, BL=tiling.block_state,
-        BKS=tiling.state_block_qk, STABILIZE=chunk_max is not None, NORMALIZE=normalize,
-        PREFIX_MAX=gate_max is not None, TMA=tma, STORE_STATES=states is not None,
-        num_warps=tiling.out_num_warps, num_stages=tiling.out_num_stages,
-    )
-    return states, maxes, c_last, n_last
-
-
-def _state_ring(initial, chains_bh: int, num_value_blocks: int, DQK: int, DV: int, device):
-    """The chained forward's two-slot fp32 rings, slot 0 holding the initial state (zeros without one):
-    C [B*H, 2, DQK, DV] (the value blocks' chains share a state, each its columns), n [B*H*NV, 2, DQK] and
-    m [B*H*NV, 2] (one copy per value block's chain)."""
-    ring_c = torch.empty(chains_bh, 2, DQK, DV, device=device, dtype=torch.float32)
-    ring_n = torch.empty(chains_bh, num_value_blocks, 2, DQK, device=device, dtype=torch.float32)
-    ring_m = torch.empty(chains_bh, num_value_blocks, 2, device=device, dtype=torch.float32)
-    if initial is None:
-        for ring in (ring_c[:, 0], ring_n[:, :, 0], ring_m[:, :, 0]):
-            ring.zero_()
-    else:
-        c0, n0, m0 = initial
-        ring_c[:, 0].copy_(c0.reshape(chains_bh, DQK, DV))
-        ring_n[:, :, 0].copy_(n0.reshape(chains_bh, 1, DQK).expand(-1, num_value_blocks, -1))
-        ring_m[:, :, 0].copy_(m0.reshape(chains_bh, 1).expand(-1, num_value_blocks))
-    return ring_c, ring_n, ring_m
 
 
 def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling, sig: bool, normalize: bool):
@@ -583,7 +512,7 @@ class _MLSTMChunkwise(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         initial = None if c0 is None else tuple(x.float().contiguous() for x in (c0, n0, m0))
         fwd = _forward(q, k, v, i, f, initial, config.tiling, config.sig, config.normalize, config.eps,
-                       config.state_dtype, keep_states=not config.recompute_states)
+                       config.state_dtype)
         h, fwd.h = fwd.h, None  # h is not needed backward; keeping it in ctx would form a reference cycle
         if config.recompute_states:
             fwd.states = None
