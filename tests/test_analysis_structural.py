@@ -378,6 +378,42 @@ def test_kept_states_take_the_recomputed_recurrence_out_of_the_backward():
     assert kept < recomputed
 
 
+def test_a_table_entry_without_a_later_tiling_field_stands_for_its_default():
+    """Entries of compiled_resources.json compiled before a tiling field existed match tilings with that
+    field at its default (the kernels as they were compiled), and no other value of it."""
+    problem = structural.Problem(8, 8192, 16, 128, 256, mode="fwdbw")
+    tiling = structural.modelled_tiling(problem, "xl_chunk", 128)
+    recorded = dataclasses.asdict(tiling)
+    del recorded["fused_gate_grads"]
+    assert structural._compiled_with(recorded, tiling)
+    assert not structural._compiled_with(recorded, dataclasses.replace(tiling, fused_gate_grads=True))
+    assert not structural._compiled_with({**recorded, "block_q": 2 * tiling.block_q}, tiling)
+    assert not structural._compiled_with({**recorded, "retired_field": 1}, tiling)
+
+
+@pytest.mark.parametrize("head_dims, chunk, row_sum_blocks",
+                         [((256, 512), 128, (2, 2)), ((64, 64), 64, (1, 1))])
+def test_the_gate_gradient_kernel_replaces_the_pytorch_ops_in_the_backward(head_dims, chunk, row_sum_blocks):
+    """`gate-grads-kernel`: one `gate_grads_kernel` launch that reads the row sums of every Dqk block of dQ
+    and dK (two 128-wide blocks at Dqk 256; one where dQ and dK come whole from the fused kernels at 64/64)
+    instead of the PyTorch ops' launches."""
+    problem = structural.Problem(8, 8192, 16, *head_dims, mode="fwdbw")
+    def gate_launches(tiling):
+        return [launch for launch in structural.launches(problem, "xl_chunk", chunk, tiling)
+                if launch.name.startswith("gate grads")]
+
+    ops, fused = gate_launches(None), gate_launches("gate-grads-kernel")
+    assert len(ops) == structural.GATE_GRAD_LAUNCHES
+    assert [launch.kernel for launch in fused] == ["gate_grads_kernel"]
+    q_blocks, k_blocks = row_sum_blocks
+    gate_bytes = 2 * problem.element_bytes
+    assert fused[0].hbm_bytes == problem.rows * problem.seq_len * (4 * (q_blocks + k_blocks) + gate_bytes)
+    rates = structural.load_rates("h100-sxm")
+    with_ops, with_kernel = (structural.predict(problem, "xl_chunk", chunk, rates, tiling).seconds
+                             for tiling in (None, "gate-grads-kernel"))
+    assert with_kernel < with_ops
+
+
 @pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8), ("v11", 4)])
 def test_former_versions_ran_the_exp_fused_forward_at_8_warps(version, fused_warps):
     """An ``ALGORITHM.FIELD`` override sets that algorithm's tiling only: v9's mLSTMexp fused forward at

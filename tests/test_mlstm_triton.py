@@ -33,7 +33,7 @@ from tflabench.kernels import mlstm
 from tflabench.kernels.mlstm import fused_chunk, tilings, xl_chunk
 from tflabench.kernels.mlstm.choice import Shape
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling, mlstm_fused_chunk
-from tflabench.kernels.mlstm.launch import head_dim_block
+from tflabench.kernels.mlstm.launch import gate_grads, head_dim_block
 from tflabench.kernels.mlstm.reference import mlstm_parallel, mlstm_recurrent, parallel_form_initial_state
 from tflabench.kernels.mlstm.triton_fwd import chunk_program
 from tflabench.kernels.mlstm.xl_chunk import Tiling, _chunk_launch, _gate_cumsums, mlstm_xl_chunk
@@ -599,6 +599,51 @@ def test_dq_from_the_recurrence_and_the_dkdv_kernel_or_from_its_own_kernel(varia
     launches = {name: counter.launches for name, counter in counted.items()}
     assert launches == {"chunk_dq_kernel": 0 if fused_dq else 1, "chunk_states_dq_kernel": int(fused_dq),
                         "chunk_dkdv_kernel": 1}
+
+
+@pytest.mark.parametrize(
+    "batch, seq_len, heads, q_blocks, k_blocks, sig, with_final",
+    [
+        pytest.param(2, 2 * xl_chunk.GATE_GRADS_BLOCK + 16, 3, 2, 1, True, True, id="three-steps-sig-final"),
+        pytest.param(1, 64, 2, 1, 3, False, False, id="one-step-exp"),
+        pytest.param(1, 3000, 1, 1, 1, True, False, id="partial-first-step"),
+    ],
+)
+def test_the_gate_gradient_kernel_equals_the_pytorch_ops(batch, seq_len, heads, q_blocks, k_blocks, sig,
+                                                         with_final):
+    """`xl_chunk._gate_grads` (one kernel walking each row from its end in steps of GATE_GRADS_BLOCK tokens,
+    the last step partial where T is no multiple of it) against `launch.gate_grads`, from row sums split over
+    Dqk blocks as the dQ and dK kernels write them."""
+    gen = torch.Generator().manual_seed(seq_len)
+    rows = batch * heads
+    q_dq = torch.randn(q_blocks, rows, seq_len, generator=gen)
+    k_dk = torch.randn(k_blocks, rows, seq_len, generator=gen)
+    i, f = (torch.randn(batch, seq_len, heads, generator=gen) for _ in range(2))
+    c_last = torch.randn(rows, 16, 32, generator=gen)
+    dc_last = torch.randn(rows, 16, 32, generator=gen) if with_final else None
+    expected = gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, c_last, dc_last, sig)
+    actual = xl_chunk._gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig)
+    for name, got, want in zip(("di", "df"), actual, expected, strict=True):
+        assert relative_error(got, want) <= 1e-6, name
+
+
+@pytest.mark.parametrize("gates", ["moderate", "forget-gate-near-1"])
+@pytest.mark.parametrize("variant, normalize", CELLS)
+def test_the_gate_gradient_kernel_in_the_backward_matches_the_reference(variant, normalize, gates):
+    """`Tiling.fused_gate_grads`: every output and gradient against float64, from an initial state, with the
+    states recomputed (dQ's row sums from the dK/dV kernel at these head dims) and kept (the dQ kernel's).
+    Forget gates near 0 are left to the test against the PyTorch ops above: there df is a reverse sum of
+    nearly cancelling terms whose float32 error (about 1e-4 relative at some seeds, either way) depends on the
+    order of the sum, which the kernel's block scan and the PyTorch cumsum take differently."""
+    problem = make_problem(seed=11, gates=gates, initial_state=True)
+    tiling = replace(Tiling.default(16, SMALL.head_dim_qk, SMALL.head_dim_v, variant=variant),
+                     fused_gate_grads=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    expected = run_reference(problem, **cell)
+    for recompute in (True, False):
+        launcher = partial(mlstm_xl_chunk, **cell, chunk_size=16, tiling=tiling,
+                           recompute_states_in_bw=recompute)
+        assert_close(run(launcher, problem, F32), expected)
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)

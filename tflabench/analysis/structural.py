@@ -630,6 +630,26 @@ def _gate_gradient_launches(problem: Problem) -> list[Launch]:
     return launches
 
 
+def _gate_gradient_kernel_launch(problem: Problem, q_blocks: int, k_blocks: int) -> Launch:
+    """`gate_grads_kernel` (`Tiling.fused_gate_grads`): one program per (batch, head) walks its T tokens in
+    steps of `xl_chunk.GATE_GRADS_BLOCK`, reading the fp32 row sums of each Dqk block (q_blocks of q.dq,
+    k_blocks of k.dk) and the gates i, f, writing di and df."""
+    from tflabench.kernels.mlstm.launch import next_pow2
+    from tflabench.kernels.mlstm.xl_chunk import GATE_GRADS_BLOCK
+
+    block = min(GATE_GRADS_BLOCK, next_pow2(problem.seq_len))
+    gate_bytes = 2 * problem.element_bytes
+    token_bytes = 4 * (q_blocks + k_blocks) + gate_bytes
+    steps = math.ceil(problem.seq_len / block)
+    launch = Launch("gate grads", problem.rows, 4, 1, block, block * token_bytes, kernel="gate_grads_kernel",
+                    loop_trips=steps)
+    launch.fma = steps * block * (q_blocks + k_blocks + 4)
+    launch.exp = steps * block * 2
+    launch.hbm_bytes = problem.rows * problem.seq_len * token_bytes
+    launch.store_bytes = problem.rows * problem.seq_len * gate_bytes
+    return launch
+
+
 def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     """`fused_forward_kernel` with a `FusedTiling`: (Dv/BV) x B*H programs walking the NC chunks with a
     [Dqk_p, BV] state."""
@@ -658,14 +678,20 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
 def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states: bool = True) -> list[Launch]:
     """TFLA's backward (`xl_chunk._backward`): gate cumsums, the state recurrence again (unless the forward's
     states were kept, recompute_states False), dQ, state gradients, dK and dV (one kernel where the tiling
-    fuses them) and the gate gradients; with `Tiling.uses_fused_dq` and recomputed states, the recurrence
-    gives dQ's inter-chunk part and the dK/dV kernel the rest."""
+    fuses them) and the gate gradients (PyTorch ops, or one kernel with `Tiling.fused_gate_grads`); with
+    `Tiling.uses_fused_dq` and recomputed states, the recurrence gives dQ's inter-chunk part and the dK/dV
+    kernel the rest."""
     dims = problem.head_dim_qk, problem.head_dim_v
     gate = _gate_launch(problem, tiling.chunk, tiling.block_state)
     state_gradients = _recurrence_launch("state gradients", problem, tiling, state_bytes, STATE_GRADS_KERNEL)
-    if recompute_states and tiling.uses_fused_dq(*dims):
+    fused_dq = recompute_states and tiling.uses_fused_dq(*dims)
+    qk_blocks = _blocks(problem.head_dim_qk, tiling.block_qk)
+    k_blocks = 1 if tiling.uses_fused_dkdv(*dims) else qk_blocks
+    gate_gradients = ([_gate_gradient_kernel_launch(problem, 1 if fused_dq else qk_blocks, k_blocks)]
+                      if tiling.fused_gate_grads else _gate_gradient_launches(problem))
+    if fused_dq:
         return [gate, _states_dq_launch(problem, tiling), state_gradients,
-                _dkdv_launch(problem, tiling, state_bytes, with_dq=True), *_gate_gradient_launches(problem)]
+                _dkdv_launch(problem, tiling, state_bytes, with_dq=True), *gate_gradients]
     if tiling.uses_fused_dkdv(*dims):
         key_gradients = [_dkdv_launch(problem, tiling, state_bytes)]
     else:
@@ -679,7 +705,7 @@ def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states:
         _gradient_launch("dQ", problem, tiling, state_bytes),
         state_gradients,
         *key_gradients,
-        *_gate_gradient_launches(problem),
+        *gate_gradients,
     ]
 
 
@@ -807,9 +833,21 @@ def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
         modelled = reference_tiling(problem, chunk)
         matching = [entry for entry in entries if _reference_entry_matches(entry, modelled)]
     else:
-        resolved = dataclasses.asdict(modelled_tiling(problem, algorithm, chunk, tiling))
-        matching = [entry for entry in entries if entry.get("tiling") == resolved]
+        resolved = modelled_tiling(problem, algorithm, chunk, tiling)
+        matching = [entry for entry in entries if _compiled_with(entry.get("tiling"), resolved)]
     return matching[0]["kernels"] if matching else None
+
+
+def _compiled_with(recorded: dict | None, tiling) -> bool:
+    """Whether a table entry's tiling (its fields as compiled) is ``tiling``: every field equal, and a field
+    the entry does not record (added to the tiling class after the entry was compiled) at its default,
+    the value that keeps the kernels as they were."""
+    if recorded is None:
+        return False
+    fields = dataclasses.fields(tiling)
+    if not set(recorded) <= {item.name for item in fields}:
+        return False
+    return all(recorded.get(item.name, item.default) == getattr(tiling, item.name) for item in fields)
 
 
 def _reference_entry_matches(entry: dict, tiling) -> bool:

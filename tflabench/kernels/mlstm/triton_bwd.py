@@ -27,7 +27,7 @@ mLSTMsig); qgate_i = exp(b_i + m_c - m_comb_i); kgate_j = exp(g_c - b_j + ig_j -
 
 The dQ and dK kernels also write the row sums of q*dq and k*dk over their Dqk block; the gate gradients
 follow from them (§5.6, the reference's shortcut): dlogf_t = sum_{s>=t} (q.dq - k.dk)_s + <C_T, dC_T>,
-dig_t = (k.dk)_t.
+dig_t = (k.dk)_t; `gate_grads_kernel` computes them in one launch (`launch.gate_grads` with PyTorch ops).
 """
 
 import triton
@@ -440,3 +440,49 @@ def chunk_dkdv_kernel(
              dk.to(dk_ptr.dtype.element_ty))
     tl.store(dv_ptr + batch * stride_v_b + head * stride_v_h + t_kv[:, None] * stride_v_t + offs_v[None, :],
              dv.to(dv_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _row_sum_of_blocks(ptr, blocks: tl.constexpr, BH, bh, T, t, mask):
+    """sum over the Dqk blocks of a [blocks, B*H, T] fp32 row-sum tensor, at tokens t of row bh."""
+    total = tl.load(ptr + bh * T + t, mask=mask, other=0.0)
+    for block in tl.static_range(1, blocks):
+        total += tl.load(ptr + (block * BH + bh) * T + t, mask=mask, other=0.0)
+    return total
+
+
+@triton.jit
+def gate_grads_kernel(
+    qdq_ptr, kdk_ptr, i_ptr, f_ptr, final_ptr, di_ptr, df_ptr,
+    stride_g_b, stride_g_t, stride_g_h,
+    BH, T, H,
+    Q_BLOCKS: tl.constexpr, K_BLOCKS: tl.constexpr, BT: tl.constexpr, SIG: tl.constexpr,
+    HAS_FINAL: tl.constexpr,
+):
+    """Grid (B*H,): the gate gradients of one (batch, head) row, walking its tokens from the end in blocks
+    of BT with the running suffix sum: df_t = (sum_{s>=t} (q.dq - k.dk)_s + <C_T, dC_T>) sigmoid(-f_t),
+    di_t = (k.dk)_t (mLSTMsig: times sigmoid(-i_t)), `launch.gate_grads` in one launch.
+
+    qdq [Q_BLOCKS, B*H, T], kdk [K_BLOCKS, B*H, T] fp32 (the dQ and dK kernels' row sums per Dqk block);
+    i, f, di, df [B, T, H] with the strides given (the same layout for all four); final [B*H] fp32,
+    <C_T, dC_T> (read when HAS_FINAL)."""
+    bh = tl.program_id(0).to(tl.int64)
+    gate_base = (bh // H) * stride_g_b + (bh % H) * stride_g_h
+    carry = 0.0
+    if HAS_FINAL:
+        carry = tl.load(final_ptr + bh)
+    offs = tl.arange(0, BT)
+    for block in range(0, tl.cdiv(T, BT)):
+        t = T - (block + 1) * BT + offs
+        mask = t >= 0
+        k_dk = _row_sum_of_blocks(kdk_ptr, K_BLOCKS, BH, bh, T, t, mask)
+        difference = _row_sum_of_blocks(qdq_ptr, Q_BLOCKS, BH, bh, T, t, mask) - k_dk
+        suffix = tl.cumsum(difference, 0, reverse=True) + carry
+        carry += tl.sum(difference, 0)
+        gate_offs = gate_base + t * stride_g_t
+        f = tl.load(f_ptr + gate_offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(df_ptr + gate_offs, (suffix * tl.sigmoid(-f)).to(df_ptr.dtype.element_ty), mask=mask)
+        if SIG:
+            i = tl.load(i_ptr + gate_offs, mask=mask, other=0.0).to(tl.float32)
+            k_dk = k_dk * tl.sigmoid(-i)
+        tl.store(di_ptr + gate_offs, k_dk.to(di_ptr.dtype.element_ty), mask=mask)

@@ -26,6 +26,7 @@ from tflabench.kernels.mlstm.launch import (
     gate_grads,
     head_dim_block,
     largest_pow2_block,
+    next_pow2,
     token_strides,
 )
 
@@ -56,6 +57,8 @@ class Tiling:
     spans the value head dim (state_block_v = Dv), and the backward recomputes the states: the recurrence
     applies each state to dH (the inter-chunk part of dQ) instead of storing it, and the dK/dV kernel also
     computes dQ (`triton_bwd.chunk_states_dq_kernel`, `chunk_dkdv_kernel` WITH_DQ).
+    fused_gate_grads: the gate gradients in one kernel (`triton_bwd.gate_grads_kernel`) instead of
+    `launch.gate_grads`' PyTorch ops (a dozen launches over [B*H, T] rows).
     Dataclass defaults are generic; `Tiling.default` is the measured choice.
     """
 
@@ -85,6 +88,7 @@ class Tiling:
     dkdv_num_warps: int = 8
     dkdv_num_stages: int = 1
     fused_dq: bool = False
+    fused_gate_grads: bool = False
 
     def uses_fused_dkdv(self, head_dim_qk: int, head_dim_v: int) -> bool:
         powers_of_two = not (head_dim_qk & (head_dim_qk - 1) or head_dim_v & (head_dim_v - 1))
@@ -443,8 +447,32 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
             T, H, NC, qk_scale, **tiles, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags, **launch,
             TMA=tma,
         )
-    di, df = gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd.c_last, dc_last, sig)
+    if tiling.fused_gate_grads:
+        di, df = _gate_grads(q_dq, k_dk, i, f, fwd.c_last, dc_last, sig)
+    else:
+        di, df = gate_grads(q_dq.sum(0), k_dk.sum(0), i, f, fwd.c_last, dc_last, sig)
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
+
+
+#: tokens per step of `triton_bwd.gate_grads_kernel`'s walk
+GATE_GRADS_BLOCK = 1024
+
+
+def _gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig: bool):
+    """`launch.gate_grads` in one launch (`triton_bwd.gate_grads_kernel`), from the row sums per Dqk block
+    q_dq [blocks, B*H, T] and k_dk [blocks, B*H, T]. Returns di, df [B, T, H] in the dtypes of i, f."""
+    B, T, H = f.shape
+    i, f = i.contiguous(), f.contiguous()
+    final = None
+    if dc_last is not None:
+        final = (c_last.reshape(B * H, -1) * dc_last.reshape(B * H, -1)).sum(-1)
+    di, df = torch.empty_like(i), torch.empty_like(f)
+    triton_bwd.gate_grads_kernel[(B * H,)](
+        q_dq, k_dk, i, f, q_dq if final is None else final, di, df, *i.stride(), B * H, T, H,
+        Q_BLOCKS=q_dq.shape[0], K_BLOCKS=k_dk.shape[0], BT=min(GATE_GRADS_BLOCK, next_pow2(T)), SIG=sig,
+        HAS_FINAL=final is not None,
+    )
+    return di, df
 
 
 def _states_dq(k, v, dh, fwd: _Forward, initial, dq, tiling: Tiling, qk_scale: float,
