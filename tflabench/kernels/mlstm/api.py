@@ -70,8 +70,9 @@ def mlstm(
     state recurrence again in the backward pass; False keeps the forward's chunk states for it instead,
     B * H * (T / L) * Dqk * Dv elements in the dtype of q held from forward to backward (256 MiB at TFLA
     Fig. 4's 8 x 8192, 16 x 128/256, L = 256, bf16), for a forward + backward 7-13 % faster at head dims of
-    128 and more and 0-9 % at 64 (results/{h100,h200}/ab-keep-states). fused_chunk's forward keeps no states:
-    its backward recomputes them whatever this says; parallel and recurrent have no chunk states.
+    128 and more, and from 0.3 % slower to 9 % faster at 64/64 (results/{h100,h200}/ab-keep-states).
+    fused_chunk's forward keeps no states: its backward recomputes them whatever this says; parallel and
+    recurrent have no chunk states.
     """
     options = dict(
         variant=variant,
