@@ -46,6 +46,15 @@ def test_the_fused_forward_follows_its_tiling_and_the_backward_is_tflas():
     assert names[1:7] == ["gate cumsum", "states (recomputed)", "dQ", "state gradients", "dK", "dV"]
 
 
+def test_only_a_backward_after_the_fused_forward_recomputes_the_gate_sums():
+    """xl_chunk's backward reads the gate sums its forward wrote (`xl_chunk._backward`); after fused_chunk's
+    forward, `xl_chunk.tfla_backward` computes TFLA's again."""
+    problem = structural.Problem(8, 8192, 16, 128, 256, mode="fwdbw")
+    for algorithm, chunk in (("xl_chunk", 128), ("limit_chunk", 64), ("fused_chunk", 64)):
+        names = [launch.name for launch in structural.launches(problem, algorithm, chunk)]
+        assert names.count("gate cumsum") == 1, (algorithm, names)
+
+
 def test_flops_match_the_chunkwise_count_at_one_tile_per_chunk():
     """With L = 64 every tile is a whole chunk: the output launch's tile products are the chunkwise form's
     (Q K^T and S V on the causal half, rounded up to whole tiles, and Q C)."""

@@ -675,14 +675,16 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     return launch
 
 
-def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states: bool = True) -> list[Launch]:
-    """TFLA's backward (`xl_chunk._backward`): gate cumsums, the state recurrence again (unless the forward's
-    states were kept, recompute_states False), dQ, state gradients, dK and dV (one kernel where the tiling
-    fuses them) and the gate gradients (PyTorch ops, or one kernel with `Tiling.fused_gate_grads`); with
-    `Tiling.uses_fused_dq` and recomputed states, the recurrence gives dQ's inter-chunk part and the dK/dV
-    kernel the rest."""
+def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states: bool = True,
+                   recompute_gates: bool = False) -> list[Launch]:
+    """TFLA's backward (`xl_chunk._backward`): the gate cumsums where the forward did not leave TFLA's
+    (recompute_gates: after fused_chunk's forward, `xl_chunk.tfla_backward`), the state recurrence again
+    (unless the forward's states were kept, recompute_states False), dQ, state gradients, dK and dV (one
+    kernel where the tiling fuses them) and the gate gradients (PyTorch ops, or one kernel with
+    `Tiling.fused_gate_grads`); with `Tiling.uses_fused_dq` and recomputed states, the recurrence gives dQ's
+    inter-chunk part and the dK/dV kernel the rest."""
     dims = problem.head_dim_qk, problem.head_dim_v
-    gate = _gate_launch(problem, tiling.chunk, tiling.block_state)
+    gate = [_gate_launch(problem, tiling.chunk, tiling.block_state)] if recompute_gates else []
     state_gradients = _recurrence_launch("state gradients", problem, tiling, state_bytes, STATE_GRADS_KERNEL)
     fused_dq = recompute_states and tiling.uses_fused_dq(*dims)
     qk_blocks = _blocks(problem.head_dim_qk, tiling.block_qk)
@@ -690,7 +692,7 @@ def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states:
     gate_gradients = ([_gate_gradient_kernel_launch(problem, 1 if fused_dq else qk_blocks, k_blocks)]
                       if tiling.fused_gate_grads else _gate_gradient_launches(problem))
     if fused_dq:
-        return [gate, _states_dq_launch(problem, tiling), state_gradients,
+        return [*gate, _states_dq_launch(problem, tiling), state_gradients,
                 _dkdv_launch(problem, tiling, state_bytes, with_dq=True), *gate_gradients]
     if tiling.uses_fused_dkdv(*dims):
         key_gradients = [_dkdv_launch(problem, tiling, state_bytes)]
@@ -700,7 +702,7 @@ def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states:
     if recompute_states:
         recomputed.append(_recurrence_launch("states (recomputed)", problem, tiling, state_bytes))
     return [
-        gate,
+        *gate,
         *recomputed,
         _gradient_launch("dQ", problem, tiling, state_bytes),
         state_gradients,
@@ -745,7 +747,8 @@ def launches(problem: Problem, algorithm: str, chunk: int, tiling: str | dict | 
             _output_launch(problem, tfla_tiling, state_bytes),
         ]
     recompute = algorithm == "fused_chunk" or tiling.get("recompute_states", True)
-    backward = _tfla_backward(problem, tfla_tiling, state_bytes, recompute) if problem.mode == "fwdbw" else []
+    backward = (_tfla_backward(problem, tfla_tiling, state_bytes, recompute, algorithm == "fused_chunk")
+                if problem.mode == "fwdbw" else [])
     _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk, tiling))
     _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk, tiling))
     return forward + backward
