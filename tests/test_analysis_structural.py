@@ -123,6 +123,17 @@ def test_predict_command_prints_the_best_and_json():
     payload = json.loads(run_cli([*args, "--mode", "fwdbw", "--variant", "exp", "--json"])[1])
     assert payload["best"]["ms"] == min(p["ms"] for p in payload["predictions"])
     assert {p["algorithm"] for p in payload["predictions"]} == {"xl_chunk", "fused_chunk"}
+    kept = json.loads(run_cli([*args, "--mode", "fwdbw", "--variant", "exp", "--tiling", "keep-states",
+                               "--json"])[1])
+    assert kept["tiling"] == "keep-states" and payload["tiling"] == "default"
+    xl_chunk = {(p["algorithm"], p["chunk_size"]): p["ms"] for p in payload["predictions"]}
+    for prediction in kept["predictions"]:
+        key = (prediction["algorithm"], prediction["chunk_size"])
+        launches = {launch["name"] for launch in prediction["launches"]}
+        if prediction["algorithm"] == "xl_chunk":
+            assert "states (recomputed)" not in launches and prediction["ms"] < xl_chunk[key]
+        else:
+            assert prediction["ms"] == pytest.approx(xl_chunk[key])
 
 
 def test_model_check_command_json_fields():
@@ -138,6 +149,7 @@ def test_model_check_command_json_fields():
     (["predict", "--head-dim-qk", "24"], "multiples of 16"),
     (["predict", "--variant", "tanh"], "variant must be"),
     (["predict", "--gpu", "h200"], "no building-block calibration"),
+    (["predict", "--tiling", "wide-everything"], "unknown tiling 'wide-everything'"),
     (["model-check", str(FIXTURES / "h200_small")], "no building-block calibration for h200"),
     (["model-check", str(FIXTURES / "nowhere")], ""),
     (["optimal-chunk", "--model", "exact"], "--model must be"),

@@ -26,18 +26,23 @@ def predict(
     variant: Annotated[str, typer.Option(help="sig or exp.")] = "sig",
     mode: Annotated[str, typer.Option(help="fwd or fwdbw.")] = "fwd",
     reference: Annotated[bool, typer.Option(help="Also predict mlstm_kernels' xl_chunk.")] = False,
+    tiling: Annotated[str | None, typer.Option(
+        help="A tiling of our kernels, as a sweep takes it (docs/sweep-toml.md#tilings), e.g. keep-states "
+             "(the forward's states kept for the backward); default: their measured default.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Predicted time of our kernels per (algorithm, chunk size) from the GPU's calibration, and the best."""
     problem = structural.Problem(batch, seq_len, heads, head_dim_qk, head_dim_v, variant=variant, mode=mode)
     rates = structural.load_rates(gpu)
-    predictions = structural.predict_all(problem, rates)
+    fields = structural.tiling_fields(tiling)
+    predictions = structural.predict_all(problem, rates, tiling=fields)
     references = structural.predict_all(problem, rates, ("reference",)) if reference else []
     if as_json:
         _echo_json({
             "gpu": gpu,
             "calibration": rates.source,
             "problem": problem.__dict__,
+            "tiling": tiling or "default",
             "predictions": [_prediction_json(p) for p in predictions],
             "best": _prediction_json(predictions[0]),
             "reference": [_prediction_json(p) for p in references],
@@ -45,7 +50,8 @@ def predict(
         return
     console = _console()
     console.print(f"{problem.variant} {problem.mode}: B={batch}, T={seq_len}, H={heads}, "
-                  f"Dqk={head_dim_qk}, Dv={head_dim_v}; structural model, {rates.source}")
+                  f"Dqk={head_dim_qk}, Dv={head_dim_v}; tiling {tiling or 'default'}; structural model, "
+                  f"{rates.source}")
     table = _table("Predicted time per (algorithm, chunk size), fastest first",
                    ["algorithm", "L", "ms", "x best", "slowest launch"], left=("algorithm", "slowest launch"))
     best = predictions[0].ms

@@ -902,9 +902,11 @@ def runnable_chunks(problem: Problem, algorithm: str, candidates=(16, 32, 64, 12
     return runnable
 
 
-def predict_all(problem: Problem, rates: Rates, algorithms=("xl_chunk", "fused_chunk")) -> list[Prediction]:
-    """Predictions of every runnable (algorithm, chunk size), fastest first."""
-    predictions = [predict(problem, algorithm, chunk, rates)
+def predict_all(problem: Problem, rates: Rates, algorithms=("xl_chunk", "fused_chunk"),
+                tiling: str | dict | None = None) -> list[Prediction]:
+    """Predictions of every runnable (algorithm, chunk size), with ``tiling`` as in `launches`, fastest
+    first."""
+    predictions = [predict(problem, algorithm, chunk, rates, tiling)
                    for algorithm in algorithms for chunk in runnable_chunks(problem, algorithm)]
     if not predictions:
         raise InputError(f"no chunk size runs at seq_len={problem.seq_len}")
