@@ -632,12 +632,11 @@ def _gate_gradient_launches(problem: Problem) -> list[Launch]:
 
 def _gate_gradient_kernel_launch(problem: Problem, q_blocks: int, k_blocks: int) -> Launch:
     """`gate_grads_kernel` (`Tiling.fused_gate_grads`): one program per (batch, head) walks its T tokens in
-    steps of `xl_chunk.GATE_GRADS_BLOCK`, reading the fp32 row sums of each Dqk block (q_blocks of q.dq,
+    steps of `xl_chunk.gate_grads_block`, reading the fp32 row sums of each Dqk block (q_blocks of q.dq,
     k_blocks of k.dk) and the gates i, f, writing di and df."""
-    from tflabench.kernels.mlstm.launch import next_pow2
-    from tflabench.kernels.mlstm.xl_chunk import GATE_GRADS_BLOCK
+    from tflabench.kernels.mlstm.xl_chunk import gate_grads_block
 
-    block = min(GATE_GRADS_BLOCK, next_pow2(problem.seq_len))
+    block = gate_grads_block(problem.seq_len)
     gate_bytes = 2 * problem.element_bytes
     token_bytes = 4 * (q_blocks + k_blocks) + gate_bytes
     steps = math.ceil(problem.seq_len / block)

@@ -113,11 +113,14 @@ def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMappin
     return PeerMapping(to_native, call, lambda output: output, grad_inputs=("q", "k", "v", "i", "f"))
 
 
-def _kept_states(point: SweepPoint, device: torch.device) -> dict:
-    """point_params of xl_chunk: whether the backward recomputes the chunk states, as the point's tiling
-    says (`keep-states`: no)."""
-    fields = {} if point.tiling in (None, "default") else tilings.overrides(point.tiling)
-    return {"recompute_states_in_bw": fields.get("recompute_states", True)}
+def _kept_states(variant: str):
+    """point_params of xl_chunk: whether the backward recomputes the chunk states, as its launcher is
+    called for the point's tiling (`_launch_options`; `keep-states`: no)."""
+    def point_params(point: SweepPoint, device: torch.device) -> dict:
+        options = {} if point.tiling is None else _launch_options(variant, "xl_chunk", point)
+        return {"recompute_states_in_bw": options.get("recompute_states_in_bw", True)}
+
+    return point_params
 
 
 def _auto_choice(variant: str):
@@ -132,8 +135,11 @@ def _auto_choice(variant: str):
     return point_params
 
 
-#: per algorithm, the parameters it decides per point (besides "auto"'s choice)
-_POINT_PARAMS = {"xl_chunk": _kept_states}
+def _point_params(variant: str, algorithm: str):
+    """The parameters a kernel decides per point: "auto"'s choice, xl_chunk's kept states, else None."""
+    if algorithm == "auto":
+        return _auto_choice(variant)
+    return _kept_states(variant) if algorithm == "xl_chunk" else None
 
 
 def _register() -> None:
@@ -150,7 +156,7 @@ def _register() -> None:
                 params={"variant": variant, "algorithm": algorithm, "normalize": normalize,
                         "recompute_states_in_bw": True,
                         "cost_params": {"state_bytes": STATE_BYTES_OF_OPERANDS}},
-                point_params=_POINT_PARAMS.get(algorithm) or (None if chunked else _auto_choice(variant)),
+                point_params=_point_params(variant, algorithm),
             ))
 
 

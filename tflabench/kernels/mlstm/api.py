@@ -81,9 +81,8 @@ def mlstm(
         initial_state=initial_state,
         return_final_state=return_final_state,
     )
-    validate_inputs(q, k, v, i, f, algorithm=algorithm, chunk_size=chunk_size, **options)
-    if not isinstance(recompute_states_in_bw, bool):
-        raise InputError(f"recompute_states_in_bw must be True or False, got {recompute_states_in_bw!r}")
+    validate_inputs(q, k, v, i, f, algorithm=algorithm, chunk_size=chunk_size,
+                    recompute_states_in_bw=recompute_states_in_bw, **options)
     if algorithm == "auto" or (algorithm in CHUNKED_ALGORITHMS and chunk_size is None):
         from tflabench.kernels.mlstm.choice import choose_for_call
 
@@ -134,9 +133,11 @@ def validate_inputs(
     eps: float,
     initial_state: InitialState | None,
     return_final_state: bool,
+    recompute_states_in_bw: bool = True,
 ) -> None:
     """Raise InputError naming the first problem with the arguments of `mlstm`; see the module docstring."""
-    _check_options(variant, algorithm, normalize, eps, initial_state, return_final_state)
+    _check_options(variant, algorithm, normalize, eps, initial_state, return_final_state,
+                   recompute_states_in_bw)
     _check_shapes(q, k, v, i, f)
     _check_dtypes_and_devices(q, k, v, i, f)
     if chunk_size is not None and algorithm in ("auto", *CHUNKED_ALGORITHMS):
@@ -152,6 +153,7 @@ def _check_options(
     eps: float,
     initial_state: InitialState | None,
     return_final_state: bool,
+    recompute_states_in_bw: bool,
 ) -> None:
     if variant not in VARIANTS:
         raise InputError(f"unknown variant {variant!r}: expected one of {', '.join(VARIANTS)}")
@@ -163,6 +165,8 @@ def _check_options(
         raise InputError("normalize=False is not supported with variant 'exp' (mLSTMexp always normalizes)")
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps) or eps < 0:
         raise InputError(f"eps must be a finite number >= 0, got {eps!r}")
+    if not isinstance(recompute_states_in_bw, bool):
+        raise InputError(f"recompute_states_in_bw must be True or False, got {recompute_states_in_bw!r}")
     if algorithm == "parallel" and (initial_state is not None or return_final_state):
         raise InputError(
             "algorithm 'parallel' has no states: initial_state and return_final_state need another algorithm"

@@ -89,6 +89,13 @@ def contiguous_last(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def final_state_term(c_last: torch.Tensor, dc_last: torch.Tensor) -> torch.Tensor:
+    """<C_T, dC_T> [B*H] of the final state c_last [B*H, Dqk, Dv] and its gradient: the part of every log
+    forget gate's gradient that comes through the returned final state."""
+    rows = c_last.shape[0]
+    return (c_last.reshape(rows, -1) * dc_last.reshape(rows, -1)).sum(-1)
+
+
 def gate_grads(q_dq: torch.Tensor, k_dk: torch.Tensor, i: torch.Tensor, f: torch.Tensor,
                c_last: torch.Tensor, dc_last: torch.Tensor | None, sig: bool):
     """Gate gradients from the row sums q.dq and k.dk ([B*H, T]): dlogf_t = sum_{s>=t} (q.dq - k.dk)_s
@@ -97,7 +104,7 @@ def gate_grads(q_dq: torch.Tensor, k_dk: torch.Tensor, i: torch.Tensor, f: torch
     B, T, H = f.shape
     d_log_f = (q_dq - k_dk).flip(-1).cumsum(-1).flip(-1)
     if dc_last is not None:
-        d_log_f = d_log_f + (c_last.reshape(B * H, -1) * dc_last.reshape(B * H, -1)).sum(-1, keepdim=True)
+        d_log_f = d_log_f + final_state_term(c_last, dc_last)[:, None]
 
     def to_token_major(x):
         return x.view(B, H, T).transpose(1, 2)

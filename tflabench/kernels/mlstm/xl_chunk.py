@@ -23,6 +23,7 @@ from tflabench.kernels.mlstm.launch import (
     block_count,
     contiguous_last,
     empty_with_strides_of,
+    final_state_term,
     gate_grads,
     head_dim_block,
     largest_pow2_block,
@@ -454,8 +455,13 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
     return dq, dk, dv, di, df, dc0.view(B, H, DQK, DV)
 
 
-#: tokens per step of `triton_bwd.gate_grads_kernel`'s walk
+#: the most tokens per step of `triton_bwd.gate_grads_kernel`'s walk
 GATE_GRADS_BLOCK = 1024
+
+
+def gate_grads_block(seq_len: int) -> int:
+    """Tokens per step of `triton_bwd.gate_grads_kernel`'s walk over a sequence of seq_len tokens."""
+    return min(GATE_GRADS_BLOCK, next_pow2(seq_len))
 
 
 def _gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig: bool):
@@ -463,13 +469,11 @@ def _gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig: bool):
     q_dq [blocks, B*H, T] and k_dk [blocks, B*H, T]. Returns di, df [B, T, H] in the dtypes of i, f."""
     B, T, H = f.shape
     i, f = i.contiguous(), f.contiguous()
-    final = None
-    if dc_last is not None:
-        final = (c_last.reshape(B * H, -1) * dc_last.reshape(B * H, -1)).sum(-1)
+    final = None if dc_last is None else final_state_term(c_last, dc_last)
     di, df = torch.empty_like(i), torch.empty_like(f)
     triton_bwd.gate_grads_kernel[(B * H,)](
         q_dq, k_dk, i, f, q_dq if final is None else final, di, df, *i.stride(), B * H, T, H,
-        Q_BLOCKS=q_dq.shape[0], K_BLOCKS=k_dk.shape[0], BT=min(GATE_GRADS_BLOCK, next_pow2(T)), SIG=sig,
+        Q_BLOCKS=q_dq.shape[0], K_BLOCKS=k_dk.shape[0], BT=gate_grads_block(T), SIG=sig,
         HAS_FINAL=final is not None,
     )
     return di, df
