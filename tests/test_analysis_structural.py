@@ -435,6 +435,21 @@ def test_the_gate_gradient_kernel_replaces_the_pytorch_ops_in_the_backward(head_
     assert with_kernel < with_ops
 
 
+def test_the_gate_gradient_kernel_splits_long_rows_into_segments():
+    """At T = 65,536 (B = 1) each row's 8 segments of 8192 tokens are programs of their own: the first sums
+    the 57,344 tokens after it in 14 loads of 4096, then walks its 8 steps of 1024; at T = 8192 one program
+    per row walks 8 steps."""
+    def gate_launch(batch, seq_len):
+        problem = structural.Problem(batch, seq_len, 32, 64, 64, mode="fwdbw")
+        return next(launch for launch in structural.launches(problem, "xl_chunk", 128, "gate-grads-kernel")
+                    if launch.kernel == "gate_grads_kernel")
+
+    long_rows, short_rows = gate_launch(1, 65536), gate_launch(8, 8192)
+    assert (long_rows.programs, long_rows.loop_trips) == (32 * 8, 14 + 8)
+    assert (short_rows.programs, short_rows.loop_trips) == (8 * 32, 8)
+    assert long_rows.hbm_bytes == short_rows.hbm_bytes
+
+
 @pytest.mark.parametrize("version, fused_warps", [(None, 4), ("v9", 8), ("v6", 8), ("v11", 4)])
 def test_former_versions_ran_the_exp_fused_forward_at_8_warps(version, fused_warps):
     """An ``ALGORITHM.FIELD`` override sets that algorithm's tiling only: v9's mLSTMexp fused forward at

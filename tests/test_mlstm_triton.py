@@ -607,13 +607,16 @@ def test_dq_from_the_recurrence_and_the_dkdv_kernel_or_from_its_own_kernel(varia
         pytest.param(2, 2 * xl_chunk.GATE_GRADS_BLOCK + 16, 3, 2, 1, True, True, id="three-steps-sig-final"),
         pytest.param(1, 64, 2, 1, 3, False, False, id="one-step-exp"),
         pytest.param(1, 3000, 1, 1, 1, True, False, id="partial-first-step"),
+        pytest.param(2, 2 * xl_chunk.GATE_GRADS_SEGMENT + 1040, 1, 2, 2, False, True,
+                     id="three-segments-the-last-partial"),
     ],
 )
 def test_the_gate_gradient_kernel_equals_the_pytorch_ops(batch, seq_len, heads, q_blocks, k_blocks, sig,
                                                          with_final):
-    """`xl_chunk._gate_grads` (one kernel walking each row from its end in steps of GATE_GRADS_BLOCK tokens,
-    the last step partial where T is no multiple of it) against `launch.gate_grads`, from row sums split over
-    Dqk blocks as the dQ and dK kernels write them."""
+    """`xl_chunk._gate_grads` (one program per segment of GATE_GRADS_SEGMENT tokens of a row, summing the
+    tokens after it and walking it from its end in steps of GATE_GRADS_BLOCK tokens, the last step partial
+    where the segment is no multiple of it) against `launch.gate_grads`, from row sums split over Dqk blocks
+    as the dQ and dK kernels write them."""
     gen = torch.Generator().manual_seed(seq_len)
     rows = batch * heads
     q_dq = torch.randn(q_blocks, rows, seq_len, generator=gen)

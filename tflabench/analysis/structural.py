@@ -631,21 +631,24 @@ def _gate_gradient_launches(problem: Problem) -> list[Launch]:
 
 
 def _gate_gradient_kernel_launch(problem: Problem, q_blocks: int, k_blocks: int) -> Launch:
-    """`gate_grads_kernel` (`Tiling.fused_gate_grads`): one program per (batch, head) walks its T tokens in
-    steps of `xl_chunk.gate_grads_block`, reading the fp32 row sums of each Dqk block (q_blocks of q.dq,
-    k_blocks of k.dk) and the gates i, f, writing di and df."""
-    from tflabench.kernels.mlstm.xl_chunk import gate_grads_block
+    """`gate_grads_kernel` (`Tiling.fused_gate_grads`): one program per segment of a (batch, head) row
+    (`xl_chunk.GateGradsGrid`) sums the fp32 row sums (q_blocks of q.dq, k_blocks of k.dk) of the tokens after
+    its segment, then walks the segment reading those row sums and the gates i, f, writing di and df."""
+    from tflabench.kernels.mlstm.xl_chunk import GateGradsGrid
 
-    block = gate_grads_block(problem.seq_len)
+    T, grid = problem.seq_len, GateGradsGrid.for_seq_len(problem.seq_len)
+    segments = grid.segments(T)
     gate_bytes = 2 * problem.element_bytes
-    token_bytes = 4 * (q_blocks + k_blocks) + gate_bytes
-    steps = math.ceil(problem.seq_len / block)
-    launch = Launch("gate grads", problem.rows, 4, 1, block, block * token_bytes, kernel="gate_grads_kernel",
-                    loop_trips=steps)
-    launch.fma = steps * block * (q_blocks + k_blocks + 4)
-    launch.exp = steps * block * 2
-    launch.hbm_bytes = problem.rows * problem.seq_len * token_bytes
-    launch.store_bytes = problem.rows * problem.seq_len * gate_bytes
+    sum_bytes = 4 * (q_blocks + k_blocks)
+    later_tokens = sum(max(0, T - (segment + 1) * grid.segment) for segment in range(segments)) / segments
+    launch = Launch("gate grads", problem.rows * segments, 4, 1, grid.block, grid.block * (sum_bytes + gate_bytes),
+                    kernel="gate_grads_kernel", loop_trips=grid.longest_program_steps(T))
+    walked = T / segments
+    launch.fma = walked * (q_blocks + k_blocks + 4) + later_tokens * (q_blocks + k_blocks)
+    launch.exp = walked * 2
+    launch.l2_bytes = later_tokens * sum_bytes
+    launch.hbm_bytes = problem.rows * T * (sum_bytes + gate_bytes)
+    launch.store_bytes = problem.rows * T * gate_bytes
     return launch
 
 

@@ -456,25 +456,36 @@ def gate_grads_kernel(
     qdq_ptr, kdk_ptr, i_ptr, f_ptr, final_ptr, di_ptr, df_ptr,
     stride_g_b, stride_g_t, stride_g_h,
     BH, T, H,
-    Q_BLOCKS: tl.constexpr, K_BLOCKS: tl.constexpr, BT: tl.constexpr, SIG: tl.constexpr,
-    HAS_FINAL: tl.constexpr,
+    Q_BLOCKS: tl.constexpr, K_BLOCKS: tl.constexpr, BT: tl.constexpr, SEGMENT: tl.constexpr,
+    SUM_BT: tl.constexpr, SIG: tl.constexpr, HAS_FINAL: tl.constexpr,
 ):
-    """Grid (B*H,): the gate gradients of one (batch, head) row, walking its tokens from the end in blocks
-    of BT with the running suffix sum: df_t = (sum_{s>=t} (q.dq - k.dk)_s + <C_T, dC_T>) sigmoid(-f_t),
-    di_t = (k.dk)_t (mLSTMsig: times sigmoid(-i_t)), `launch.gate_grads` in one launch.
+    """Grid (B*H, cdiv(T, SEGMENT)): the gate gradients of one segment of SEGMENT tokens of one (batch, head)
+    row: df_t = (sum_{s>=t} (q.dq - k.dk)_s + <C_T, dC_T>) sigmoid(-f_t), di_t = (k.dk)_t (mLSTMsig: times
+    sigmoid(-i_t)), `launch.gate_grads` in one launch. Each program sums the differences after its segment
+    (independent loads of SUM_BT tokens), then walks its segment from the end in blocks of BT with the running
+    suffix sum; segments keep a long row's walk from running on one SM while the others idle.
 
     qdq [Q_BLOCKS, B*H, T], kdk [K_BLOCKS, B*H, T] fp32 (the dQ and dK kernels' row sums per Dqk block);
     i, f, di, df [B, T, H] with the strides given (the same layout for all four); final [B*H] fp32,
     <C_T, dC_T> (read when HAS_FINAL)."""
     bh = tl.program_id(0).to(tl.int64)
+    start = tl.program_id(1) * SEGMENT
+    end = tl.minimum(start + SEGMENT, T)
     gate_base = (bh // H) * stride_g_b + (bh % H) * stride_g_h
-    carry = 0.0
+    later = tl.zeros([SUM_BT], dtype=tl.float32)
+    sum_offs = tl.arange(0, SUM_BT)
+    for block_start in range(end, T, SUM_BT):
+        t = block_start + sum_offs
+        mask = t < T
+        later += (_row_sum_of_blocks(qdq_ptr, Q_BLOCKS, BH, bh, T, t, mask)
+                  - _row_sum_of_blocks(kdk_ptr, K_BLOCKS, BH, bh, T, t, mask))
+    carry = tl.sum(later, 0)
     if HAS_FINAL:
-        carry = tl.load(final_ptr + bh)
+        carry += tl.load(final_ptr + bh)
     offs = tl.arange(0, BT)
-    for block in range(0, tl.cdiv(T, BT)):
-        t = T - (block + 1) * BT + offs
-        mask = t >= 0
+    for block in range(0, tl.cdiv(end - start, BT)):
+        t = end - (block + 1) * BT + offs
+        mask = t >= start
         k_dk = _row_sum_of_blocks(kdk_ptr, K_BLOCKS, BH, bh, T, t, mask)
         difference = _row_sum_of_blocks(qdq_ptr, Q_BLOCKS, BH, bh, T, t, mask) - k_dk
         suffix = tl.cumsum(difference, 0, reverse=True) + carry

@@ -457,11 +457,33 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
 
 #: the most tokens per step of `triton_bwd.gate_grads_kernel`'s walk
 GATE_GRADS_BLOCK = 1024
+#: tokens per program of `triton_bwd.gate_grads_kernel` (a multiple of every walk step, powers of two to
+#: GATE_GRADS_BLOCK)
+GATE_GRADS_SEGMENT = 8192
+#: tokens per load of the sum over the tokens after a program's segment
+GATE_GRADS_SUM_BLOCK = 4096
 
 
-def gate_grads_block(seq_len: int) -> int:
-    """Tokens per step of `triton_bwd.gate_grads_kernel`'s walk over a sequence of seq_len tokens."""
-    return min(GATE_GRADS_BLOCK, next_pow2(seq_len))
+@dataclass(frozen=True)
+class GateGradsGrid:
+    """How `triton_bwd.gate_grads_kernel` splits a row of T tokens: segments of `segment` tokens (one program
+    each), walked in steps of `block` tokens after summing the later tokens in loads of `sum_block`."""
+
+    block: int
+    segment: int
+    sum_block: int
+
+    @classmethod
+    def for_seq_len(cls, seq_len: int) -> "GateGradsGrid":
+        return cls(min(GATE_GRADS_BLOCK, next_pow2(seq_len)), GATE_GRADS_SEGMENT, GATE_GRADS_SUM_BLOCK)
+
+    def segments(self, seq_len: int) -> int:
+        return -(-seq_len // self.segment)
+
+    def longest_program_steps(self, seq_len: int) -> int:
+        """Loop trips of the first segment's program (the most): its sum over the later tokens, then its walk."""
+        later = max(0, seq_len - self.segment)
+        return -(-later // self.sum_block) + -(-min(seq_len, self.segment) // self.block)
 
 
 def _gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig: bool):
@@ -471,10 +493,11 @@ def _gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig: bool):
     i, f = i.contiguous(), f.contiguous()
     final = None if dc_last is None else final_state_term(c_last, dc_last)
     di, df = torch.empty_like(i), torch.empty_like(f)
-    triton_bwd.gate_grads_kernel[(B * H,)](
+    grid = GateGradsGrid.for_seq_len(T)
+    triton_bwd.gate_grads_kernel[(B * H, grid.segments(T))](
         q_dq, k_dk, i, f, q_dq if final is None else final, di, df, *i.stride(), B * H, T, H,
-        Q_BLOCKS=q_dq.shape[0], K_BLOCKS=k_dk.shape[0], BT=gate_grads_block(T), SIG=sig,
-        HAS_FINAL=final is not None,
+        Q_BLOCKS=q_dq.shape[0], K_BLOCKS=k_dk.shape[0], BT=grid.block, SEGMENT=grid.segment,
+        SUM_BT=grid.sum_block, SIG=sig, HAS_FINAL=final is not None,
     )
     return di, df
 
