@@ -22,7 +22,7 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v15"
+KERNELS_VERSION = "v16"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
@@ -40,10 +40,12 @@ KERNELS_VERSION = "v15"
 #: ``exact_head_blocks``, which the structural model passes on), every version before v14 (v13: 5377b88)
 #: the fused forward's value blocks (``fused_chunk.head_dim_blocks``), and every version before v15 (v14:
 #: 9aeea67) the output and gradient kernels' pointer tiles and the output kernel's query tiles per program
-#: (``output_tiles`` "v14": `xl_chunk.Tiling.default`'s ``former_output_tiles``).
+#: (``output_tiles`` "v14": `xl_chunk.Tiling.default`'s ``former_output_tiles``); every version before v16
+#: (v15: d591e13) the backward's gate gradients as PyTorch ops (``fused_gate_grads`` False).
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
-_POINTER_TILES = {"output_tiles": "v14"}
+_BEFORE_V16 = {"fused_gate_grads": False}
+_POINTER_TILES = {"output_tiles": "v14", **_BEFORE_V16}
 _EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact", **_POINTER_TILES}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1,
@@ -61,6 +63,7 @@ FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v12": {"all": dict(_EXACT_HEAD_BLOCKS), "exp": {}},
     "v13": {"all": {"fused_chunk.head_dim_blocks": "exact", **_POINTER_TILES}, "exp": {}},
     "v14": {"all": dict(_POINTER_TILES), "exp": {}},
+    "v15": {"all": dict(_BEFORE_V16), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")

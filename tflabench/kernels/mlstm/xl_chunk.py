@@ -178,6 +178,7 @@ class Tiling:
             dkdv_num_warps=4 if small_heads else 8,
             dkdv_num_stages=2 if small_heads and chunk > tile else 1,
             state_num_stages=2,
+            fused_gate_grads=True,
         )
 
     def for_chunk(self, chunk: int) -> Tiling:
