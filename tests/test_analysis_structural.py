@@ -14,6 +14,7 @@ from tflabench.analysis import hardware, model_check, structural
 from tflabench.analysis.run_data import load_run
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling
+from tflabench.kernels.mlstm.tilings import former_default
 from tflabench.kernels.mlstm.xl_chunk import Tiling
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -415,15 +416,16 @@ def test_a_table_entry_without_a_later_tiling_field_stands_for_its_default():
 @pytest.mark.parametrize("head_dims, chunk, row_sum_blocks",
                          [((256, 512), 128, (2, 2)), ((64, 64), 64, (1, 1))])
 def test_the_gate_gradient_kernel_replaces_the_pytorch_ops_in_the_backward(head_dims, chunk, row_sum_blocks):
-    """`gate-grads-kernel`: one `gate_grads_kernel` launch that reads the row sums of every Dqk block of dQ
-    and dK (two 128-wide blocks at Dqk 256; one where dQ and dK come whole from the fused kernels at 64/64)
-    instead of the PyTorch ops' launches."""
+    """v16's default (`fused_gate_grads`): one `gate_grads_kernel` launch that reads the row sums of every
+    Dqk block of dQ and dK (two 128-wide blocks at Dqk 256; one where dQ and dK come whole from the fused
+    kernels at 64/64) instead of the PyTorch ops' launches (v15's, and `fused_gate_grads=false`)."""
     problem = structural.Problem(8, 8192, 16, *head_dims, mode="fwdbw")
     def gate_launches(tiling):
         return [launch for launch in structural.launches(problem, "xl_chunk", chunk, tiling)
                 if launch.name.startswith("gate grads")]
 
-    ops, fused = gate_launches(None), gate_launches("gate-grads-kernel")
+    ops, fused = gate_launches("fused_gate_grads=false"), gate_launches(None)
+    assert gate_launches(former_default("v15", "sig")) == ops
     assert len(ops) == structural.GATE_GRAD_LAUNCHES
     assert [launch.kernel for launch in fused] == ["gate_grads_kernel"]
     q_blocks, k_blocks = row_sum_blocks
@@ -431,7 +433,7 @@ def test_the_gate_gradient_kernel_replaces_the_pytorch_ops_in_the_backward(head_
     assert fused[0].hbm_bytes == problem.rows * problem.seq_len * (4 * (q_blocks + k_blocks) + gate_bytes)
     rates = structural.load_rates("h100-sxm")
     with_ops, with_kernel = (structural.predict(problem, "xl_chunk", chunk, rates, tiling).seconds
-                             for tiling in (None, "gate-grads-kernel"))
+                             for tiling in ("fused_gate_grads=false", None))
     assert with_kernel < with_ops
 
 

@@ -641,8 +641,9 @@ def _gate_gradient_kernel_launch(problem: Problem, q_blocks: int, k_blocks: int)
     gate_bytes = 2 * problem.element_bytes
     sum_bytes = 4 * (q_blocks + k_blocks)
     later_tokens = sum(max(0, T - (segment + 1) * grid.segment) for segment in range(segments)) / segments
-    launch = Launch("gate grads", problem.rows * segments, 4, 1, grid.block, grid.block * (sum_bytes + gate_bytes),
-                    kernel="gate_grads_kernel", loop_trips=grid.longest_program_steps(T))
+    launch = Launch("gate grads", problem.rows * segments, 4, 1, grid.block,
+                    grid.block * (sum_bytes + gate_bytes), kernel="gate_grads_kernel",
+                    loop_trips=grid.longest_program_steps(T))
     walked = T / segments
     launch.fma = walked * (q_blocks + k_blocks + 4) + later_tokens * (q_blocks + k_blocks)
     launch.exp = walked * 2

@@ -138,6 +138,9 @@ class Tiling:
         kernels) 8 x 256/512; at 32 x 64/64 0-14 % slower on the H200, so pointer tiles there
         (results/perf-log.md, v15), with one query tile per output program (128 registers, two programs per
         SM: the best forward there 4-11 % faster on both GPUs, results/h100/ab-small-head-query-tiles).
+        The backward's gate gradients come from one kernel (`fused_gate_grads`) instead of a dozen PyTorch
+        ops: fwd+bwd 0.3-3.8 % faster at tfla-grid's head dims, T = 8192 and 65,536, states recomputed or
+        kept, on an H100 and an H200 (results/h100/ab-gate-grads-segments, v16).
         former_output_tiles: the pointer tiles and query tiles per output program of the kernels before
         v15."""
         tile = chunk if limit else min(64, chunk)
@@ -475,16 +478,16 @@ class GateGradsGrid:
     sum_block: int
 
     @classmethod
-    def for_seq_len(cls, seq_len: int) -> "GateGradsGrid":
+    def for_seq_len(cls, seq_len: int) -> GateGradsGrid:
         return cls(min(GATE_GRADS_BLOCK, next_pow2(seq_len)), GATE_GRADS_SEGMENT, GATE_GRADS_SUM_BLOCK)
 
     def segments(self, seq_len: int) -> int:
-        return -(-seq_len // self.segment)
+        return math.ceil(seq_len / self.segment)
 
     def longest_program_steps(self, seq_len: int) -> int:
-        """Loop trips of the first segment's program (the most): its sum over the later tokens, then its walk."""
+        """Loop trips of the first segment's program (the most): its loads of the later tokens, its walk."""
         later = max(0, seq_len - self.segment)
-        return -(-later // self.sum_block) + -(-min(seq_len, self.segment) // self.block)
+        return math.ceil(later / self.sum_block) + math.ceil(min(seq_len, self.segment) / self.block)
 
 
 def _gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig: bool):
