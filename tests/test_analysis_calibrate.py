@@ -47,7 +47,6 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     shapes = [(dot["m"], dot["n"], dot["k"], dot["num_warps"]) for dot in blocks["dot"]]
     assert shapes == [(16, 16, 16, 4), (16, 32, 16, 4)]
     assert all(dot["flops_per_s"] > 0 and dot["one_per_sm_flops_per_s"] > 0 for dot in blocks["dot"])
-    assert [(dot["m"], dot["n"], dot["k"], dot["num_warps"]) for dot in blocks["dot_tma"]] == shapes
     pointwise = {f"{name}{grid}_elements_per_s" for name in ("exp", "fma", "row_reduce")
                  for grid in ("", "_one_per_sm")}
     assert set(blocks["pointwise"]) == pointwise
@@ -64,23 +63,14 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert blocks["seconds"] > 0
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_the_dot_benchmark_accumulates_the_products_of_its_slots(tma):
-    """`_dot_kernel` and `_dot_tma_kernel` (operands through tensor descriptors): program p's accumulator is
-    the sum over its iterations of a[s] @ b[s], s = (p + it) mod SLOTS; against float64."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
+def test_the_dot_benchmark_accumulates_the_products_of_its_slots():
+    """`_dot_kernel`: program p's accumulator is the sum over its iterations of a[s] @ b[s],
+    s = (p + it) mod SLOTS; against float64."""
     slots, m, n, k, iters, programs = 3, 16, 32, 16, 5, 2
     gen = torch.Generator().manual_seed(3)
     a, b = torch.randn(slots, m, k, generator=gen), torch.randn(slots, k, n, generator=gen)
     out = torch.empty(programs)
-    if tma:
-        operands = (TensorDescriptor(a, [slots * m, k], [k, 1], [m, k]),
-                    TensorDescriptor(b, [slots * k, n], [n, 1], [k, n]))
-        kernel = calibrate_blocks._dot_tma_kernel
-    else:
-        operands, kernel = (a, b), calibrate_blocks._dot_kernel
-    kernel[(programs,)](*operands, out, iters, slots, M=m, N=n, K=k, NUM_STAGES=1)
+    calibrate_blocks._dot_kernel[(programs,)](a, b, out, iters, slots, M=m, N=n, K=k, NUM_STAGES=1)
     expected = [sum((a[(p + it) % slots].double() @ b[(p + it) % slots].double()).sum() for it in range(iters))
                 for p in range(programs)]
     assert torch.allclose(out.double(), torch.tensor(expected), rtol=1e-4)

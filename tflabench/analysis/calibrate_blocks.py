@@ -5,8 +5,6 @@ the whole GPU busy (aggregate rates, all SMs):
 
 * ``dot``: `tl.dot` FLOP/s at the tile shapes the kernels use, [M, K] x [K, N] with fp32 accumulation, the
   operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops;
-  ``dot_tma``: the same with the operand tiles moved by Hopper's bulk copies (tensor descriptors), as the
-  output and gradient kernels with `out_tma` / `bwd_tma` load them (GPUs with them only);
 * ``pointwise``: fp32 element rates of the gate arithmetic on a tile: ``exp`` (with two multiply-adds, the
   shape of the gate matrix exp(b_i - b_j + ig_j)), plain multiply-add (the rescaling of tiles) and
   ``row_reduce`` (a row max and a row sum with the subtraction and multiply-add that use them, what the
@@ -186,19 +184,6 @@ def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
 
 
 @triton.jit
-def _dot_tma_kernel(a_desc, b_desc, out_ptr, ITERS, SLOTS,
-                    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """`_dot_kernel` with the operand tiles loaded through tensor descriptors of the [SLOTS * M, K] and
-    [SLOTS * K, N] matrices (Hopper's bulk copies)."""
-    pid = tl.program_id(0)
-    acc = tl.zeros([M, N], dtype=tl.float32)
-    for it in tl.range(0, ITERS, num_stages=NUM_STAGES):
-        slot = (pid + it) % SLOTS
-        acc = tl.dot(a_desc.load([slot * M, 0]), b_desc.load([slot * K, 0]), acc)
-    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
-
-
-@triton.jit
 def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L: tl.constexpr,
                  DQK: tl.constexpr, DV: tl.constexpr, FUSED: tl.constexpr, STABILIZE: tl.constexpr,
                  NUM_STAGES: tl.constexpr):
@@ -318,29 +303,20 @@ def _grid_programs(sizes: BlockSizes, limits: DeviceLimits) -> tuple[int, int]:
     return sizes.programs_per_sm * limits.sm_count, limits.sm_count
 
 
-def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer, tma: bool = False) -> list[dict]:
+def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
     """FLOP/s (whole GPU) of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`: ``flops_per_s`` with
-    `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s`` with one program per SM; tma: the
-    operands through tensor descriptors (`_dot_tma_kernel`)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
+    `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s`` with one program per SM."""
     slots = 64 if sizes.device == "cuda" else 2
     results = []
     for m, n, k, warps in sizes.dot_shapes:
         a = torch.randn(slots, m, k, device=sizes.device).to(sizes.dtype)
         b = torch.randn(slots, k, n, device=sizes.device).to(sizes.dtype)
-        if tma:
-            kernel = _dot_tma_kernel
-            a, b = (TensorDescriptor(a, [slots * m, k], [k, 1], [m, k]),
-                    TensorDescriptor(b, [slots * k, n], [n, 1], [k, n]))
-        else:
-            kernel = _dot_kernel
         out = torch.empty(_grid_programs(sizes, limits)[0], device=sizes.device)
         rates = []
         for programs in _grid_programs(sizes, limits):
-            def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps, kernel=kernel):
-                kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
-                                    NUM_STAGES=sizes.dot_stages, num_warps=warps)
+            def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps):
+                _dot_kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
+                                         NUM_STAGES=sizes.dot_stages, num_warps=warps)
             rates.append(2 * m * n * k * sizes.dot_iters * programs / timer(launch))
         results.append({"m": m, "n": n, "k": k, "num_warps": warps, "flops_per_s": rates[0],
                         "one_per_sm_flops_per_s": rates[1]})
@@ -550,12 +526,6 @@ def measure_launch(sizes: BlockSizes, timer: _Timer) -> dict:
     return {"launch_s": launch_s, "program_s": max(0.0, many_s - launch_s) / sizes.launch_programs}
 
 
-def _has_bulk_copies(device: str) -> bool:
-    """Whether the GPU has Hopper's tensor memory accelerator (sm_90 and later); the interpreter emulates
-    it, so the CPU runs the code path too."""
-    return device != "cuda" or torch.cuda.get_device_capability()[0] >= 9
-
-
 def measure_blocks(sizes: BlockSizes | None = None) -> dict:
     """Every building-block figure (the ``blocks`` entry of a calibration file) with the sizes used."""
     sizes = sizes or BlockSizes()
@@ -574,7 +544,5 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
         "walk": measure_walks(sizes, limits, timer),
         "launch": measure_launch(sizes, timer),
     }
-    if _has_bulk_copies(sizes.device):
-        blocks["dot_tma"] = measure_dot(sizes, limits, timer, tma=True)
     blocks["seconds"] = time.perf_counter() - started
     return blocks

@@ -134,7 +134,6 @@ class Launch:
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
-    bulk_copies: bool = False
 
     def dot(self, m: int, n: int, k: int, count: float) -> None:
         self.dots[(m, n, k)] = self.dots.get((m, n, k), 0.0) + count
@@ -170,17 +169,14 @@ class Rates:
         weight = min(1.0, max(0.0, (concurrency - 1) / max(full_at - 1, 1e-9)))
         return (one_per_sm + weight * (full - one_per_sm)) / self.sm_count
 
-    def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float,
-                 bulk_copies: bool = False) -> float:
+    def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float) -> float:
         """Per-SM FLOP/s of a [M, K] x [K, N] tile product: the calibrated shape nearest in log2 (M, N, K)
-        (the same warp count preferred); bulk_copies: operands through tensor descriptors, at the
-        calibration's ``dot_tma`` rates where it has them."""
+        (the same warp count preferred)."""
 
         def distance(dot: dict) -> tuple[float, int]:
             return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
 
-        figures = self.blocks.get("dot_tma") if bulk_copies else None
-        nearest = min(figures or self.blocks["dot"], key=distance)
+        nearest = min(self.blocks["dot"], key=distance)
         return self.per_sm(nearest["flops_per_s"], nearest["one_per_sm_flops_per_s"], concurrency)
 
     def pointwise(self, name: str, concurrency: float) -> float:
@@ -311,8 +307,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     per_sm = math.ceil(launch.programs / sms)
     concurrency = min(resident, per_sm)
     dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
-                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, concurrency * launch.chains,
-                                 launch.bulk_copies)
+                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, concurrency * launch.chains)
                 for (m, n, k), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
@@ -517,12 +512,6 @@ def _mean_causal_tiles(chunk: int, outer_block: int, inner_block: int) -> float:
     return (outer_tiles + 1) / 2 * outer_block / inner_block
 
 
-def _blocks_divide(problem: Problem, block_qk: int, block_v: int) -> bool:
-    """Whether head-dim blocks divide the head dims: where a tiling asks for tensor descriptors, the kernels
-    take them only then (`xl_chunk._tma_ready`)."""
-    return problem.head_dim_qk % block_qk == 0 and problem.head_dim_v % block_v == 0
-
-
 def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: bool = False) -> Launch:
     """`chunk_outputs_kernel`: per chunk (Dv/BV) x (L/(BLQ Q_TILES)) programs, each Q_TILES query tiles:
     Qbar C over Dqk/BK blocks, then the key/value tiles up to the diagonal. reload_query: the query
@@ -536,8 +525,7 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     kv_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.out_block_kv) * t.out_q_tiles
     launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
                     (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
-                    kernel="chunk_outputs_kernel",
-                    bulk_copies=t.out_tma and _blocks_divide(p, t.block_qk, t.out_block_v))
+                    kernel="chunk_outputs_kernel")
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles)
     launch.dot(t.block_q, t.out_block_v, t.out_block_kv, kv_tiles)
@@ -578,9 +566,7 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
     programs = _blocks(out_dim, out_block) * (t.chunk // rows) * chunks * p.rows
     launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
-                    kernel=f"chunk_{name.lower()}_kernel",
-                    bulk_copies=t.bwd_tma and _blocks_divide(p, t.block_qk, t.dv_block_v if name == "dV"
-                                                             else t.block_v))
+                    kernel=f"chunk_{name.lower()}_kernel")
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks)
     launch.dot(rows, out_block, partner, partner_tiles)
     launch.dot(rows, out_block, loop_block, loop_blocks)
