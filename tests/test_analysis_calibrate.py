@@ -71,8 +71,8 @@ def test_the_dot_benchmark_accumulates_the_products_of_its_slots():
     a, b = torch.randn(slots, m, k, generator=gen), torch.randn(slots, k, n, generator=gen)
     out = torch.empty(programs)
     calibrate_blocks._dot_kernel[(programs,)](a, b, out, iters, slots, M=m, N=n, K=k, NUM_STAGES=1)
-    expected = [sum((a[(p + it) % slots].double() @ b[(p + it) % slots].double()).sum() for it in range(iters))
-                for p in range(programs)]
+    slot_sums = [(a[slot].double() @ b[slot].double()).sum() for slot in range(slots)]
+    expected = [sum(slot_sums[(p + it) % slots] for it in range(iters)) for p in range(programs)]
     assert torch.allclose(out.double(), torch.tensor(expected), rtol=1e-4)
 
 

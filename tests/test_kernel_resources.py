@@ -9,10 +9,11 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kernel_resources.py"
 KERNELS = ["gate_cumsum_kernel", "chunk_states_kernel", "chunk_outputs_kernel", "chunk_dq_kernel",
-           "chunk_state_grads_kernel", "chunk_dk_kernel", "chunk_dv_kernel"]
+           "chunk_state_grads_kernel", "chunk_dk_kernel", "chunk_dv_kernel", "gate_grads_kernel"]
 #: at head dims <= 64 dK and dV come from one kernel, and where a chunk is one tile dQ too, its inter-chunk
 #: part from the recomputed recurrence (`Tiling.default`, `Tiling.uses_fused_dq`)
-SMALL_HEAD_KERNELS = KERNELS[:3] + ["chunk_states_dq_kernel", "chunk_state_grads_kernel", "chunk_dkdv_kernel"]
+SMALL_HEAD_KERNELS = KERNELS[:3] + ["chunk_states_dq_kernel", "chunk_state_grads_kernel", "chunk_dkdv_kernel",
+                                    "gate_grads_kernel"]
 
 
 def resource_rows(*arguments: str) -> dict[str, list[str]]:
