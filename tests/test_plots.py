@@ -234,6 +234,15 @@ def test_a_half_written_last_row_is_left_out(tmp_path):
     assert len(run_data.load_run(run_dir).table) == complete
 
 
+def test_plots_are_png_alone_unless_svg_is_asked_for(tmp_path):
+    """`render` (what `tflabench report` draws) and `tflabench plot` without --format write PNG only."""
+    rendered = plots.render(run_data.load_run(FIXTURE), ["roofline"], tmp_path / "render")
+    assert [path.name for path in rendered.files["roofline"]] == ["roofline.png"]
+    run_dir = _copy_fixture(tmp_path)
+    main(["plot", str(run_dir), "--kind", "roofline"])
+    assert sorted(path.name for path in (run_dir / "plots").iterdir()) == ["roofline.png"]
+
+
 def test_plot_command_writes_the_requested_kinds_and_formats(tmp_path, capsys):
     run_dir = _copy_fixture(tmp_path)
     out = tmp_path / "out"

@@ -69,7 +69,7 @@ def parse_formats(value: str) -> list[str]:
 
 
 def plot_command(
-    run: RunArgument, kind: KindOption = None, out: OutOption = None, formats: FormatOption = "png,svg"
+    run: RunArgument, kind: KindOption = None, out: OutOption = None, formats: FormatOption = "png"
 ) -> None:
     """Draw the TFLA-paper figures of a benchmark run as PNG and/or SVG."""
     kinds, strict = parse_kinds(kind or [])

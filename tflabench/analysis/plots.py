@@ -66,7 +66,11 @@ from tflabench.analysis.run_data import (
 from tflabench.core import MODES
 from tflabench.errors import InputError
 
+#: the formats a figure can be saved in
 PLOT_FORMATS = ("png", "svg")
+#: the formats `render` (and so `tflabench report`) writes unless told: PNG alone, as committed under
+#: results/ (an SVG beside every PNG doubled the folder's size; `tflabench plot --format svg` draws them)
+DEFAULT_FORMATS = ("png",)
 
 #: The one style of every tflabench figure (matplotlib rcParams, applied per figure).
 STYLE = {
@@ -820,9 +824,8 @@ def palette_png(path: Path) -> None:
     palette.save(path, optimize=True)
 
 
-def render(
-    run: Run, kinds: Iterable[str], out_dir: Path, formats: Iterable[str] = PLOT_FORMATS, strict: bool = False
-) -> Rendered:
+def render(run: Run, kinds: Iterable[str], out_dir: Path, formats: Iterable[str] = DEFAULT_FORMATS,
+           strict: bool = False) -> Rendered:
     """Draw and save each plot kind; a kind without data is skipped with its reason (raised if strict),
     and its files of an earlier rendering in ``out_dir`` are removed (they would show other data)."""
     rendered = Rendered()
