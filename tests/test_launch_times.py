@@ -28,7 +28,10 @@ def test_the_kernel_times_add_up_to_the_predicted_call(rates, chunk):
     call_us = structural.predict(PROBLEM, "xl_chunk", chunk, rates).seconds * 1e6
     assert sum(per_kernel.values()) == pytest.approx(call_us, rel=1e-12)
     assert {"chunk_states_kernel", "chunk_outputs_kernel", "chunk_dq_kernel", "chunk_state_grads_kernel",
-            "chunk_dk_kernel", "chunk_dv_kernel", launch_times.TORCH_OPS} <= set(per_kernel)
+            "chunk_dk_kernel", "chunk_dv_kernel", "gate_grads_kernel"} <= set(per_kernel)
+    assert launch_times.TORCH_OPS not in per_kernel
+    with_ops = launch_times.predicted_kernel_us(PROBLEM, "xl_chunk", chunk, rates, "fused_gate_grads=false")
+    assert launch_times.TORCH_OPS in with_ops and "gate_grads_kernel" not in with_ops
 
 
 def test_measured_kernels_the_model_does_not_name_are_one_torch_ops_row():
