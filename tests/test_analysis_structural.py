@@ -14,7 +14,7 @@ from tflabench.analysis import hardware, model_check, structural
 from tflabench.analysis.run_data import load_run
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling
-from tflabench.kernels.mlstm.tilings import former_default
+from tflabench.kernels.mlstm.tilings import FORMER_DEFAULTS, former_default
 from tflabench.kernels.mlstm.xl_chunk import Tiling
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -426,6 +426,8 @@ def test_the_gate_gradient_kernel_replaces_the_pytorch_ops_in_the_backward(head_
                 if launch.name.startswith("gate grads")]
 
     ops, fused = gate_launches("fused_gate_grads=false"), gate_launches(None)
+    for version in FORMER_DEFAULTS:
+        assert former_default(version, "sig")["fused_gate_grads"] is False, version
     assert gate_launches(former_default("v15", "sig")) == ops
     assert len(ops) == structural.GATE_GRAD_LAUNCHES
     assert [launch.kernel for launch in fused] == ["gate_grads_kernel"]

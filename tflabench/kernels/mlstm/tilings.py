@@ -45,8 +45,8 @@ KERNELS_VERSION = "v16"
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
 _BEFORE_V16 = {"fused_gate_grads": False}
-_POINTER_TILES = {"output_tiles": "v14", **_BEFORE_V16}
-_EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact", **_POINTER_TILES}
+_BEFORE_V15 = {"output_tiles": "v14", **_BEFORE_V16}
+_EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact", **_BEFORE_V15}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v6": {"all": {"state_num_stages": 1, "fused_dkdv": False, "dkdv_num_warps": 8, "dkdv_num_stages": 1,
                    **_DQ_KERNEL, **_EXACT_HEAD_BLOCKS},
@@ -61,8 +61,8 @@ FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
             "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
     "v11": {"all": dict(_EXACT_HEAD_BLOCKS), "exp": {}, "exp_wide_values": dict(_EXP_FUSED_8_WARPS)},
     "v12": {"all": dict(_EXACT_HEAD_BLOCKS), "exp": {}},
-    "v13": {"all": {"fused_chunk.head_dim_blocks": "exact", **_POINTER_TILES}, "exp": {}},
-    "v14": {"all": dict(_POINTER_TILES), "exp": {}},
+    "v13": {"all": {"fused_chunk.head_dim_blocks": "exact", **_BEFORE_V15}, "exp": {}},
+    "v14": {"all": dict(_BEFORE_V15), "exp": {}},
     "v15": {"all": dict(_BEFORE_V16), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
