@@ -76,7 +76,8 @@ NAMED: dict[str, dict[str, Any]] = {
     "fp32states": {"state_dtype": "float32"},
     # the forward's chunk states kept for the backward (memory for the backward's second state recurrence)
     "keep-states": {"recompute_states": False},
-    # the backward's gate gradients in one kernel instead of a dozen PyTorch ops; with the states kept
+    # the backward's gate gradients in one kernel instead of a dozen PyTorch ops (the default since v16, named
+    # for the A/B runs before it); with the states kept
     "gate-grads-kernel": {"fused_gate_grads": True},
     "keep-states-gate-grads-kernel": {"recompute_states": False, "fused_gate_grads": True},
     # the recurrent (state) kernel: warps, sub-chunk, state tiles, stages
