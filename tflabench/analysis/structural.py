@@ -640,7 +640,7 @@ def _gate_gradient_kernel_launch(problem: Problem, q_blocks: int, k_blocks: int)
     segments = grid.segments(T)
     gate_bytes = 2 * problem.element_bytes
     sum_bytes = 4 * (q_blocks + k_blocks)
-    later_tokens = sum(max(0, T - (segment + 1) * grid.segment) for segment in range(segments)) / segments
+    later_tokens = sum(grid.later_tokens(T, segment) for segment in range(segments)) / segments
     launch = Launch("gate grads", problem.rows * segments, 4, 1, grid.block,
                     grid.block * (sum_bytes + gate_bytes), kernel="gate_grads_kernel",
                     loop_trips=grid.longest_program_steps(T))
@@ -701,9 +701,8 @@ def _tfla_backward(problem: Problem, tiling, state_bytes: int, recompute_states:
         key_gradients = [_dkdv_launch(problem, tiling, state_bytes)]
     else:
         key_gradients = [_gradient_launch(name, problem, tiling, state_bytes) for name in ("dK", "dV")]
-    recomputed = []
-    if recompute_states:
-        recomputed.append(_recurrence_launch("states (recomputed)", problem, tiling, state_bytes))
+    recomputed = ([_recurrence_launch("states (recomputed)", problem, tiling, state_bytes)]
+                  if recompute_states else [])
     return [
         *gate,
         *recomputed,

@@ -484,10 +484,14 @@ class GateGradsGrid:
     def segments(self, seq_len: int) -> int:
         return math.ceil(seq_len / self.segment)
 
+    def later_tokens(self, seq_len: int, segment: int) -> int:
+        """Tokens after segment ``segment``: what its program sums before walking."""
+        return max(0, seq_len - (segment + 1) * self.segment)
+
     def longest_program_steps(self, seq_len: int) -> int:
         """Loop trips of the first segment's program (the most): its loads of the later tokens, its walk."""
-        later = max(0, seq_len - self.segment)
-        return math.ceil(later / self.sum_block) + math.ceil(min(seq_len, self.segment) / self.block)
+        return (math.ceil(self.later_tokens(seq_len, 0) / self.sum_block)
+                + math.ceil(min(seq_len, self.segment) / self.block))
 
 
 def _gate_grads(q_dq, k_dk, i, f, c_last, dc_last, sig: bool):
