@@ -49,11 +49,11 @@ for config in "${configs[@]}"; do
     dir=results/$prefix-$config
     mkdir -p "$dir"
     [[ -f $dir/heads.toml ]] || printf '[sweep]\nhead_configs = [[%s]]\n' "${config//x/, }" > "$dir/heads.toml"
-    state="incomplete (${SECONDS}s)"
-    sweep "$dir" "$explicit" && sweep "$dir" "tflabench.*.auto" && state="complete (${SECONDS}s)"
+    state=incomplete
+    sweep "$dir" "$explicit" && sweep "$dir" "tflabench.*.auto" && state=complete
     rm -rf "$dir/logs"
     python3 -m tflabench plot "$dir" > /dev/null 2>&1
     python3 -m tflabench report "$dir" > /dev/null 2>&1
     tar czf "$out/$(basename "$dir").tar.gz" -C results "$(basename "$dir")"
-    echo "$dir: $state"
+    echo "$dir: $state (${SECONDS}s into the call)"
 done
