@@ -9,7 +9,9 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
     compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate
                    [+ reductions / row_reduce_rate, mLSTMexp, with a calibration that has it]
-                   + spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate))
+                   + spills)
+    spills  = spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate)
+              / max(1, c x warps / 4)   (the warps each of the SM's four schedulers switches between)
     memory  = n * max(HBM bytes / hbm_rate, L2 bytes / l2_rate) + n * stored bytes / store_rate
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
               (a pipelined launch, two or more stages: launch + P * per_program + sqrt(compute^2 + memory^2))
@@ -18,9 +20,9 @@ hbm_rate = min(full-grid rate, one-program-per-SM rate x c x stage bytes / READ_
 (Little's law: the loads one step of the c programs issues against those of the calibration's one program);
 
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
-a calibration that times such walks, compute at least ceil(n / c) * trips * step: each of the rounds of c
-programs on an SM takes the latency of one program's walk (its steps wait for each other), the calibrated
-seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
+a calibration that times such walks, compute at least ceil(n / c) * trips * step + spills: each of the rounds
+of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for their
+spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
 
 with every rate the per-SM share (whole-GPU figure / S) and dot_rate (and the pointwise rates,
 where the calibration has their one-program-per-SM figures) interpolated in c between the calibration's
@@ -54,6 +56,8 @@ MAX_THREADS_PER_SM, MAX_PROGRAMS_PER_SM = 2048, 32
 MMA_ROWS = 64
 #: 32-bit registers per thread besides the fp32 accumulators (addresses, gates, loop state): a rule
 REGISTER_OVERHEAD = 40
+#: warp schedulers of a Hopper SM (its four sub-partitions), each issuing for the warps it holds
+SCHEDULERS_PER_SM = 4
 #: registers per thread are allocated in multiples of 8 (256 per warp); the CUDA runtime reserves 1 KB of
 #: shared memory per resident program (Hopper tuning guide)
 REGISTER_UNIT, SHARED_RESERVED_BYTES = 8, 1024
@@ -246,6 +250,13 @@ def spilled_bytes(launch: Launch) -> float:
     return launch.compiled["loop_local_bytes"] * 32 * launch.warps * launch.loop_trips
 
 
+def warps_per_scheduler(launch: Launch, concurrency: int) -> float:
+    """Warps each of an SM's `SCHEDULERS_PER_SM` warp schedulers holds with ``concurrency`` programs of the
+    launch resident, at least 1: while one warp waits for its spilled registers, its scheduler issues
+    another's instructions, so a program's spill waits are hidden by this factor."""
+    return max(1.0, concurrency * launch.warps / SCHEDULERS_PER_SM)
+
+
 def _spill_seconds_per_byte(launch: Launch, rates: Rates, concurrency: int, hbm_rate: float,
                             l2_rate: float) -> float:
     """Per-SM seconds per spilled byte: the spill stacks of the programs running at once on all SMs
@@ -315,15 +326,16 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         compute += per_sm * launch.reductions / rates.pointwise("row_reduce", concurrency)
     hbm_rate = hbm_read_rate(launch, rates, concurrency)
     l2_rate = rates.memory("l2_read") / sms
-    compute += per_sm * spilled_bytes(launch) * _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate,
-                                                                        l2_rate)
+    spill_s = spilled_bytes(launch) * _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
+    spills = per_sm * spill_s / warps_per_scheduler(launch, concurrency)
+    compute += spills
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
     stores = launch.store_bytes / launch.programs * sms / rates.memory(f"{launch.store_pattern}_write")
     memory = per_sm * (loads + stores)
     if launch.walk is not None:
         rounds = math.ceil(per_sm / concurrency)
         compute = max(compute, rounds * launch.loop_trips * rates.walk_step(launch.walk, launch.warps,
-                                                                            launch.stages))
+                                                                            launch.stages) + spills)
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
