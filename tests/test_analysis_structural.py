@@ -198,6 +198,34 @@ def test_compiled_resources_set_occupancy_and_spills(rates):
     assert structural.launch_time(launch, rates).compute_s < spilling.compute_s
 
 
+def test_spill_waits_are_hidden_by_the_warps_of_an_sms_schedulers(rates):
+    """A program's spill time is divided by the warps each of the SM's four schedulers holds (c x warps / 4,
+    at least 1): a lone 4-warp program waits for all of its spills, two resident programs or 8 warps hide
+    half. A walking launch's floor is one program's walk plus the spills its steps wait for."""
+    compiled = {"registers": 128, "shared_bytes": 60 * 1024, "stack_bytes": 800, "loop_local_bytes": 1000}
+
+    def spill_compute(warps: int, programs: int, **fields) -> float:
+        launch = structural.Launch("k", programs, warps, 1, 64 * 64, 32 * 1024, kernel="k", loop_trips=10,
+                                   compiled=compiled, **fields)
+        free = dataclasses.replace(launch, compiled=dict(compiled, stack_bytes=0, loop_local_bytes=0))
+        return structural.launch_time(launch, rates).compute_s - structural.launch_time(free, rates).compute_s
+
+    sms = rates.sm_count
+    lone, paired = structural.Launch("k", sms, 4, 1, 0, 0), structural.Launch("k", 2 * sms, 4, 1, 0, 0)
+    assert structural.warps_per_scheduler(lone, 1) == 1 and structural.warps_per_scheduler(paired, 2) == 2
+    assert structural.warps_per_scheduler(structural.Launch("k", sms, 2, 1, 0, 0), 1) == 1
+    one_program = spill_compute(4, sms)
+    assert spill_compute(8, sms) == pytest.approx(one_program * 2 / 2)  # twice the threads, half exposed
+    assert spill_compute(4, 2 * sms) == pytest.approx(one_program * 2 / 2)  # two programs each, both resident
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["walk"] = [{"kind": "fused", "l": 64, "dqk": 64, "dv": 64, "num_warps": 4, "num_stages": 1,
+                       "step_s": 1e-3, "spill_bytes_per_thread": 0}]
+    walking = structural.Launch("k", sms, 4, 1, 64 * 64, 32 * 1024, kernel="k", loop_trips=10,
+                                compiled=compiled, walk=("fused", 64, 64, 64))
+    floor = structural.launch_time(walking, structural.Rates(blocks)).compute_s
+    assert floor == pytest.approx(10 * 1e-3 + one_program)
+
+
 def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypatch):
     """A table entry whose tiling differs from today's default is stale: the model falls back to the rule."""
     problem = structural.Problem(8, 8192, 16, 128, 256, variant="exp")
