@@ -201,7 +201,8 @@ def test_compiled_resources_set_occupancy_and_spills(rates):
 def test_spill_waits_are_hidden_by_the_warps_of_an_sms_schedulers(rates):
     """A program's spill time is divided by the warps each of the SM's four schedulers holds (c x warps / 4,
     at least 1): a lone 4-warp program waits for all of its spills, two resident programs or 8 warps hide
-    half. A walking launch's floor is one program's walk plus the spills its steps wait for."""
+    half. A walking launch's floor is, per round of resident programs, one program's walk plus the spills its
+    steps wait for."""
     compiled = {"registers": 128, "shared_bytes": 60 * 1024, "stack_bytes": 800, "loop_local_bytes": 1000}
 
     def spill_compute(warps: int, programs: int, **fields) -> float:
@@ -224,6 +225,9 @@ def test_spill_waits_are_hidden_by_the_warps_of_an_sms_schedulers(rates):
                                 compiled=compiled, walk=("fused", 64, 64, 64))
     floor = structural.launch_time(walking, structural.Rates(blocks)).compute_s
     assert floor == pytest.approx(10 * 1e-3 + one_program)
+    paired_walk = dataclasses.replace(walking, programs=2 * sms)  # one round of two programs per SM
+    floor = structural.launch_time(paired_walk, structural.Rates(blocks)).compute_s
+    assert floor == pytest.approx(10 * 1e-3 + one_program / 2)
 
 
 def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypatch):

@@ -20,9 +20,9 @@ hbm_rate = min(full-grid rate, one-program-per-SM rate x c x stage bytes / READ_
 (Little's law: the loads one step of the c programs issues against those of the calibration's one program);
 
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
-a calibration that times such walks, compute at least ceil(n / c) * trips * step + spills: each of the rounds
-of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for their
-spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
+a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
+rounds of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for
+its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
 
 with every rate the per-SM share (whole-GPU figure / S) and dot_rate (and the pointwise rates,
 where the calibration has their one-program-per-SM figures) interpolated in c between the calibration's
@@ -326,16 +326,16 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         compute += per_sm * launch.reductions / rates.pointwise("row_reduce", concurrency)
     hbm_rate = hbm_read_rate(launch, rates, concurrency)
     l2_rate = rates.memory("l2_read") / sms
-    spill_s = spilled_bytes(launch) * _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
-    spills = per_sm * spill_s / warps_per_scheduler(launch, concurrency)
-    compute += spills
+    per_byte = _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
+    program_spills = spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)  # its waits
+    compute += per_sm * program_spills
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
     stores = launch.store_bytes / launch.programs * sms / rates.memory(f"{launch.store_pattern}_write")
     memory = per_sm * (loads + stores)
     if launch.walk is not None:
         rounds = math.ceil(per_sm / concurrency)
-        compute = max(compute, rounds * launch.loop_trips * rates.walk_step(launch.walk, launch.warps,
-                                                                            launch.stages) + spills)
+        step = rates.walk_step(launch.walk, launch.warps, launch.stages)
+        compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
