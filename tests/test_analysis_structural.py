@@ -205,9 +205,9 @@ def test_spill_waits_are_hidden_by_the_warps_of_an_sms_schedulers(rates):
     steps wait for."""
     compiled = {"registers": 128, "shared_bytes": 60 * 1024, "stack_bytes": 800, "loop_local_bytes": 1000}
 
-    def spill_compute(warps: int, programs: int, **fields) -> float:
+    def spill_compute(warps: int, programs: int) -> float:
         launch = structural.Launch("k", programs, warps, 1, 64 * 64, 32 * 1024, kernel="k", loop_trips=10,
-                                   compiled=compiled, **fields)
+                                   compiled=compiled)
         free = dataclasses.replace(launch, compiled=dict(compiled, stack_bytes=0, loop_local_bytes=0))
         return structural.launch_time(launch, rates).compute_s - structural.launch_time(free, rates).compute_s
 
