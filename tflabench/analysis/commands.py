@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from typing import Annotated
 
 import typer
@@ -485,7 +487,8 @@ def calibrate(
         )
     measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
     block_figures = _measure_blocks() if blocks else None
-    path = hardware.save_measured_ceilings(device.key, measured, block_figures) if save else None
+    path = (hardware.save_measured_ceilings(device.key, measured, block_figures, _provenance())
+            if save else None)
     datasheet = hardware.datasheet_ceilings(device)
     if as_json:
         _echo_json(
@@ -522,6 +525,14 @@ def calibrate(
     if block_figures is not None:
         _print_blocks(console, block_figures)
     console.print(f"stored in {path}" if path else "not stored (--no-save)")
+
+
+def _provenance() -> dict:
+    """Where a calibration comes from: the checkout's commit, the software versions, the command line."""
+    from tflabench.bench.results import git_state, software_versions
+
+    return {"git": git_state(), "versions": software_versions([]),
+            "command": shlex.join(["tflabench", *sys.argv[1:]])}
 
 
 def _measure_blocks() -> dict:

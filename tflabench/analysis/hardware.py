@@ -225,9 +225,10 @@ def load_calibration_blocks(gpu_key: str) -> dict | None:
     return record["blocks"]
 
 
-def save_measured_ceilings(gpu_key: str, ceilings: Ceilings, blocks: dict | None = None) -> Path:
-    """Store measured bf16 ceilings (and the building-block figures, when measured) as JSON; returns the
-    file written."""
+def save_measured_ceilings(gpu_key: str, ceilings: Ceilings, blocks: dict | None = None,
+                           provenance: dict | None = None) -> Path:
+    """Store measured bf16 ceilings (and the building-block figures, when measured, and the provenance:
+    commit, software versions, command) as JSON; returns the file written."""
     path = _calibration_path(gpu_key)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
@@ -239,5 +240,7 @@ def save_measured_ceilings(gpu_key: str, ceilings: Ceilings, blocks: dict | None
     }
     if blocks is not None:
         record["blocks"] = blocks
+    if provenance is not None:
+        record["provenance"] = provenance
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
