@@ -69,9 +69,9 @@ WALK_SHAPES = (
 
 #: (num_warps, programs per SM) of the timed spill loops: 4, 8 (either way) and 16 warps per SM
 SPILL_LAUNCHES = ((4, 1), (4, 2), (8, 1), (8, 2))
-#: fp32 columns of the spill loop's carried tile: 64, 128 and 256 fit the registers (the loop without
-#: spills), 512 / 1024 / 2048 spill about 0.4 / 2 / 4.6 KB per thread (a stack of 54 KB to 2.5 MB per SM)
-SPILL_WIDTHS = (64, 128, 256, 512, 1024, 2048)
+#: fp32 columns of the spill loop's carried tile: 128 and 256 fit the registers (the loop without spills),
+#: 512 / 1024 / 2048 spill about 0.4 / 1.4 / 3.5 KB per thread (a stack of 52 KB to 1.8 MB per SM)
+SPILL_WIDTHS = (128, 256, 512, 1024, 2048)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class BlockSizes:
     spill_launches: tuple[tuple[int, int], ...] = SPILL_LAUNCHES
     spill_tile: tuple[int, int] = (128, 64)  # (COLS, INNER) of the spill loop's product; ROWS = 16 x warps
     spill_widths: tuple[int, ...] = SPILL_WIDTHS
-    spill_iters: int = 512
+    spill_iters: int = 64
     programs_per_sm: int = 4
     stream_bytes: int = 2**30
     token_shape: tuple[int, int] = (16, 128)  # (heads, head dim) of the token-tile pattern
@@ -270,10 +270,9 @@ def _spill_loop_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS, ROWS: tl.constexpr, 
                        INNER: tl.constexpr, WIDTH: tl.constexpr):
     """ITERS trips of a kernel-shaped loop: an A tile [ROWS, INNER] from an L2-resident buffer of SLOTS
     tiles into `tl.dot` with a fixed B [INNER, COLS], accumulated in fp32, and an fp32 tile [ROWS, WIDTH]
-    carried from trip to trip: updated with the accumulator's row sums, and its row sums added to the
-    accumulator before the next product (which waits for it, as the fused forwards' next products wait for
-    their spilled tiles). Above about 256 registers per thread (WIDTH / 2 of them for the carried tile at
-    ROWS = 16 x warps) the compiler spills part of it and moves it every trip."""
+    carried from trip to trip and updated with the accumulator's row sums. Above about 256 registers per
+    thread (WIDTH / 2 of them for the carried tile at ROWS = 16 x warps) the compiler spills part of it and
+    moves it every trip, as the fused forwards do with their chunk tiles."""
     pid = tl.program_id(0)
     rows = tl.arange(0, ROWS)
     a_offs = rows[:, None] * INNER + tl.arange(0, INNER)[None, :]
@@ -284,7 +283,7 @@ def _spill_loop_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS, ROWS: tl.constexpr, 
         a = tl.load(a_ptr + (trip % SLOTS) * ROWS * INNER + a_offs)
         acc = tl.dot(a, b, acc)
         carried = carried * 0.999 + tl.sum(acc, 1)[:, None]
-        acc = acc * 0.5 + tl.sum(carried, 1)[:, None] * 1e-6
+        acc = acc * 0.5
     tl.store(out_ptr + pid * ROWS + rows, tl.sum(acc, 1) + tl.sum(carried, 1))
 
 
@@ -421,10 +420,10 @@ def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> di
     ``loops``: each timed loop's seconds with its compiled stack bytes and loop local bytes per thread (what
     `scripts/kernel_resources.py` reports for our kernels). ``rates``: per launch and spilling width, the
     spilled bytes the SM moves per second of the time they add, ``bytes_per_s_per_sm`` = loop local bytes
-    x threads x trips x programs per SM / (seconds - the seconds of the same loop without spills: the
-    least-squares line in the width through the loops that do not spill), with the launch's warps and
-    stack bytes per SM (L1 holds a small stack, L2 or HBM a large one). On the CPU (interpreter) nothing is
-    compiled and ``rates`` is empty."""
+    x threads x trips x programs per SM / (seconds - the seconds of the same loop without spills, linear in
+    the width through the two widest loops that do not spill), with the launch's warps and stack bytes per
+    SM (L1 holds a small stack, L2 or HBM a large one). On the CPU (interpreter) nothing is compiled and
+    ``rates`` is empty."""
     cols, inner = sizes.spill_tile
     a = torch.rand(64 * 128 * inner, device=sizes.device).to(sizes.dtype)
     b = torch.rand(inner * cols, device=sizes.device).to(sizes.dtype)
@@ -452,15 +451,15 @@ def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> di
 
 
 def _spill_rates(timed: list[dict], trips: int) -> list[dict]:
-    """`measure_spills`' ``rates`` of one launch's loops (all widths): each spilling loop's time above the
-    least-squares line through the (width, seconds) of the loops that do not spill."""
-    free = [(loop["width"], loop["seconds"]) for loop in timed if not loop["loop_local_bytes"]]
-    if len({width for width, _ in free}) < 2:
+    """`measure_spills`' ``rates`` of one launch's loops (all widths, narrowest first)."""
+    free = [loop for loop in timed if not loop["loop_local_bytes"]][-2:]
+    if len(free) < 2:
         return []
-    slope, intercept = statistics.linear_regression(*zip(*free, strict=True))
+    (narrow, wide) = free
+    per_column = (wide["seconds"] - narrow["seconds"]) / (wide["width"] - narrow["width"])
     rates = []
     for loop in timed:
-        added = loop["seconds"] - (intercept + slope * loop["width"])
+        added = loop["seconds"] - (wide["seconds"] + per_column * (loop["width"] - wide["width"]))
         if not loop["loop_local_bytes"] or added <= 0:
             continue
         threads = 32 * loop["num_warps"] * loop["programs_per_sm"]
