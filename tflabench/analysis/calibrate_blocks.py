@@ -11,10 +11,8 @@ the whole GPU busy (aggregate rates, all SMs):
   mLSTMexp kernels add per score);
 * ``memory``: load and store bandwidth of the access patterns of the kernels: token tiles [rows, head dim]
   of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes) and the [Dqk, Dv] state tiles of
-  a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads);
-* ``spills``: the time register spills add to a kernel-shaped loop (products into an accumulator beside a
-  carried fp32 tile too large for the registers), per byte the loop's local loads and stores move, at 4 to
-  16 warps per SM and stacks from L1-sized to larger than L2;
+  a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads); ``local``: the
+  local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
 * ``walk``: seconds per step of one program per SM walking a sequence of tiles in order with a state
   carried from step to step, as the chunk-recurrent kernels do (the TFLA state recurrence; the fused
   kernels' chunk walk), with the kernels' own step code (`triton_fwd`'s recurrence step, `triton_fused`'s
@@ -40,7 +38,6 @@ import torch
 import triton
 import triton.language as tl
 
-from tflabench.analysis import sass
 from tflabench.kernels.mlstm import triton_fused, triton_fwd
 
 #: (M, N, K, num_warps) of the timed `tl.dot` tiles: the state update K^T V ([BK, BL] x [BL, BV]), the
@@ -67,12 +64,6 @@ WALK_SHAPES = (
     ("fused_exp", 64, 128, 64, 8, 2), ("fused_exp", 128, 128, 64, 8, 2),
 )
 
-#: (num_warps, programs per SM) of the timed spill loops: 4, 8 (either way) and 16 warps per SM
-SPILL_LAUNCHES = ((4, 1), (4, 2), (8, 1), (8, 2))
-#: fp32 columns of the spill loop's carried tile: 128 and 256 fit the registers (the loop without spills),
-#: 512 / 1024 / 2048 spill about 0.4 / 1.4 / 3.5 KB per thread (a stack of 52 KB to 1.8 MB per SM)
-SPILL_WIDTHS = (128, 256, 512, 1024, 2048)
-
 
 @dataclass(frozen=True)
 class BlockSizes:
@@ -94,9 +85,7 @@ class BlockSizes:
     walk_slots: int = 64
     pointwise_tile: tuple[int, int] = (64, 64)
     pointwise_iters: int = 1024
-    spill_launches: tuple[tuple[int, int], ...] = SPILL_LAUNCHES
-    spill_tile: tuple[int, int] = (128, 64)  # (COLS, INNER) of the spill loop's product; ROWS = 16 x warps
-    spill_widths: tuple[int, ...] = SPILL_WIDTHS
+    spill_tile: tuple[int, int] = (256, 256)  # fp32, 4 warps: 512 elements per thread, about half spilled
     spill_iters: int = 64
     programs_per_sm: int = 4
     stream_bytes: int = 2**30
@@ -115,8 +104,8 @@ class BlockSizes:
         return cls(dtype=torch.float32, dot_shapes=((16, 16, 16, 4), (16, 32, 16, 4)), dot_iters=2,
                    dot_stages=1, walk_shapes=(("state", 16, 16, 32, 4, 1), ("fused", 16, 16, 32, 4, 1),
                                                 ("fused_exp", 16, 16, 32, 4, 1)),
-                   walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_launches=((4, 1),),
-                   spill_tile=(16, 16), spill_widths=(16, 32, 64), spill_iters=2, programs_per_sm=1,
+                   walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
+                   spill_iters=2, programs_per_sm=1,
                    stream_bytes=2**14, token_shape=(2, 16), token_tile_rows=16, state_shape=(16, 32),
                    state_tile=(16, 16), launch_programs=4, burst=2, repeats=1, device="cpu")
 
@@ -266,25 +255,15 @@ def _row_reduce_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.const
 
 
 @triton.jit
-def _spill_loop_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS, ROWS: tl.constexpr, COLS: tl.constexpr,
-                       INNER: tl.constexpr, WIDTH: tl.constexpr):
-    """ITERS trips of a kernel-shaped loop: an A tile [ROWS, INNER] from an L2-resident buffer of SLOTS
-    tiles into `tl.dot` with a fixed B [INNER, COLS], accumulated in fp32, and an fp32 tile [ROWS, WIDTH]
-    carried from trip to trip and updated with the accumulator's row sums. Above about 256 registers per
-    thread (WIDTH / 2 of them for the carried tile at ROWS = 16 x warps) the compiler spills part of it and
-    moves it every trip, as the fused forwards do with their chunk tiles."""
+def _spill_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """ITERS rounds of x <- x * a + b on an fp32 [ROWS, COLS] tile larger than the registers of the
+    program's threads: the compiler keeps the rest in local memory and moves it every round."""
     pid = tl.program_id(0)
-    rows = tl.arange(0, ROWS)
-    a_offs = rows[:, None] * INNER + tl.arange(0, INNER)[None, :]
-    b = tl.load(b_ptr + tl.arange(0, INNER)[:, None] * COLS + tl.arange(0, COLS)[None, :])
-    acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
-    carried = tl.zeros([ROWS, WIDTH], dtype=tl.float32) + pid
-    for trip in range(ITERS):
-        a = tl.load(a_ptr + (trip % SLOTS) * ROWS * INNER + a_offs)
-        acc = tl.dot(a, b, acc)
-        carried = carried * 0.999 + tl.sum(acc, 1)[:, None]
-        acc = acc * 0.5
-    tl.store(out_ptr + pid * ROWS + rows, tl.sum(acc, 1) + tl.sum(carried, 1))
+    offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    x = tl.load(x_ptr + offs)
+    for it in range(ITERS):
+        x = x * 0.999 + tl.sum(x, 1)[:, None] * 1e-6 + it
+    tl.store(out_ptr + pid * ROWS * COLS + offs, x)
 
 
 @triton.jit
@@ -414,60 +393,25 @@ def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) ->
 
 
 def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
-    """The time register spills add to a kernel-shaped loop (`_spill_loop_kernel`), per (num_warps,
-    programs per SM) of `sizes.spill_launches` and carried width of `sizes.spill_widths`.
+    """``local_bytes_per_s``: bytes per second (whole GPU) of the local-memory loads and stores of register
+    spills, with `sizes.programs_per_sm` programs of `_spill_kernel` per SM, 4 warps. Each round stores and
+    loads the spilled part of the tile once: 2 x the compiled kernel's spill bytes per thread (its local
+    memory size). The same arithmetic without spills, a quarter of the rows in four times the programs
+    (a half tile still spills on sm_90), is timed and subtracted. On the CPU (interpreter) the kernel has
+    no spills and the figure is 0."""
+    programs = _grid_programs(sizes, limits)[0]
+    rows, cols = sizes.spill_tile
+    x = torch.rand(rows * cols, device=sizes.device)
+    out = torch.empty(programs * rows * cols, device=sizes.device)
 
-    ``loops``: each timed loop's seconds with its compiled stack bytes and loop local bytes per thread (what
-    `scripts/kernel_resources.py` reports for our kernels). ``rates``: per launch and spilling width, the
-    spilled bytes the SM moves per second of the time they add, ``bytes_per_s_per_sm`` = loop local bytes
-    x threads x trips x programs per SM / (seconds - the seconds of the same loop without spills, linear in
-    the width through the two widest loops that do not spill), with the launch's warps and stack bytes per
-    SM (L1 holds a small stack, L2 or HBM a large one). On the CPU (interpreter) nothing is compiled and
-    ``rates`` is empty."""
-    cols, inner = sizes.spill_tile
-    a = torch.rand(64 * 128 * inner, device=sizes.device).to(sizes.dtype)
-    b = torch.rand(inner * cols, device=sizes.device).to(sizes.dtype)
-    out = torch.empty(2 * limits.sm_count * 128, device=sizes.device)
-    loops, rates = [], []
-    for warps, per_sm in sizes.spill_launches:
-        programs = per_sm * limits.sm_count if sizes.device == "cuda" else per_sm
+    def run(tile_rows: int, grid: int):
+        return _spill_kernel[(grid,)](x, out, sizes.spill_iters, ROWS=tile_rows, COLS=cols, num_warps=4)
 
-        def run(width: int, warps=warps, programs=programs):
-            return _spill_loop_kernel[(programs,)](a, b, out, sizes.spill_iters, 64, ROWS=16 * warps,
-                                                   COLS=cols, INNER=inner, WIDTH=width, num_warps=warps)
-
-        timed = []
-        for width in sizes.spill_widths:
-            compiled = run(width)
-            resources = (sass.cubin_resources(compiled.asm["cubin"]) if sizes.device == "cuda"
-                         else {"stack_bytes": 0, "loop_local_bytes": 0})
-            timed.append({"num_warps": warps, "programs_per_sm": per_sm, "width": width,
-                          "seconds": timer(lambda width=width: run(width)),
-                          "stack_bytes": resources["stack_bytes"],
-                          "loop_local_bytes": resources["loop_local_bytes"]})
-        loops += timed
-        rates += _spill_rates(timed, sizes.spill_iters)
-    return {"loops": loops, "rates": rates}
-
-
-def _spill_rates(timed: list[dict], trips: int) -> list[dict]:
-    """`measure_spills`' ``rates`` of one launch's loops (all widths, narrowest first)."""
-    free = [loop for loop in timed if not loop["loop_local_bytes"]][-2:]
-    if len(free) < 2:
-        return []
-    (narrow, wide) = free
-    per_column = (wide["seconds"] - narrow["seconds"]) / (wide["width"] - narrow["width"])
-    rates = []
-    for loop in timed:
-        added = loop["seconds"] - (wide["seconds"] + per_column * (loop["width"] - wide["width"]))
-        if not loop["loop_local_bytes"] or added <= 0:
-            continue
-        threads = 32 * loop["num_warps"] * loop["programs_per_sm"]
-        rates.append({"num_warps": loop["num_warps"], "programs_per_sm": loop["programs_per_sm"],
-                      "width": loop["width"], "warps_per_sm": loop["num_warps"] * loop["programs_per_sm"],
-                      "stack_bytes_per_sm": loop["stack_bytes"] * threads,
-                      "bytes_per_s_per_sm": loop["loop_local_bytes"] * threads * trips / added})
-    return rates
+    spill_bytes = 4 * (getattr(run(rows, programs), "n_spills", 0) or 0)  # Triton reports 32-bit words
+    seconds = timer(lambda: run(rows, programs)) - timer(lambda: run(rows // 4, 4 * programs))
+    moved = 2 * spill_bytes * 32 * 4 * programs * sizes.spill_iters
+    return {"local_bytes_per_s": moved / seconds if moved and seconds > 0 else 0.0,
+            "spill_bytes_per_thread": spill_bytes, "spill_seconds": seconds}
 
 
 @dataclass(frozen=True)

@@ -155,23 +155,6 @@ def _log2_gap(measured: dict, keys, shape) -> float:
     return sum(abs(math.log2(measured[key] / size)) for key, size in zip(keys, shape, strict=True))
 
 
-def _interpolate_log2(x: float, points: list[tuple[float, float]]) -> float:
-    """y at x, linear in log2 x between the (x, y) points (sorted by x; y averaged at equal x), the end
-    points' y outside them."""
-    merged: dict[float, list[float]] = {}
-    for px, py in points:
-        merged.setdefault(px, []).append(py)
-    xs = sorted(merged)
-    ys = [sum(merged[px]) / len(merged[px]) for px in xs]
-    if x <= xs[0]:
-        return ys[0]
-    for index in range(1, len(xs)):
-        if x <= xs[index]:
-            x0, x1, y0, y1 = xs[index - 1], xs[index], ys[index - 1], ys[index]
-            return y0 + (y1 - y0) * math.log2(x / x0) / math.log2(x1 / x0)
-    return ys[-1]
-
-
 @dataclass(frozen=True)
 class Rates:
     """The calibration's building-block figures (whole GPU) and device limits."""
@@ -218,20 +201,6 @@ class Rates:
         full = self.memory("token_read") / self.sm_count
         one = self.memory("token_read_one_per_sm") / self.sm_count
         return min(full, one * in_flight_bytes / READ_IN_FLIGHT_BYTES)
-
-    def spill_rate(self, warps_per_sm: float, stack_bytes_per_sm: float) -> float:
-        """Per-SM bytes per second of spill traffic (`calibrate_blocks.measure_spills`' ``rates``) with
-        ``warps_per_sm`` warps resident on the SM and ``stack_bytes_per_sm`` of spill stacks: interpolated
-        in log2 of the stack bytes within each calibrated warps-per-SM level, then in log2 of the warps
-        between the two levels around it (the nearest level outside them); 0 without spill rates."""
-        measured = self.blocks.get("spills", {}).get("rates", [])
-        if not measured:
-            return 0.0
-        levels = sorted({item["warps_per_sm"] for item in measured})
-        by_level = [(level, _interpolate_log2(stack_bytes_per_sm, [
-            (item["stack_bytes_per_sm"], item["bytes_per_s_per_sm"]) for item in measured
-            if item["warps_per_sm"] == level])) for level in levels]
-        return _interpolate_log2(warps_per_sm, by_level)
 
     def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
         """Seconds per step of one program walking the chunks in order: the calibrated walk of the same
@@ -304,23 +273,6 @@ def _spill_seconds_per_byte(launch: Launch, rates: Rates, concurrency: int, hbm_
     return hit / cached_rate + (1 - hit) / hbm_rate
 
 
-def _spill_seconds(launch: Launch, rates: Rates, concurrency: int, hbm_rate: float,
-                   l2_rate: float) -> tuple[float, float]:
-    """(SM seconds of one program's spills, seconds the spills add to a round of `concurrency` programs
-    walking together): the program's spilled bytes at the calibrated per-SM spill rate for the launch's
-    warps per SM and stack bytes per SM (`Rates.spill_rate`), the round's c programs sharing it."""
-    if launch.compiled is None or not launch.compiled["stack_bytes"]:
-        return 0.0, 0.0
-    stack = launch.compiled["stack_bytes"] * 32 * launch.warps * concurrency
-    rate = rates.spill_rate(concurrency * launch.warps, stack)
-    if rate > 0:
-        program = spilled_bytes(launch) / rate
-        return program, concurrency * program
-    per_byte = _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
-    program = spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)
-    return program, program
-
-
 # ---------------------------------------------------------------------------------------------- time
 @dataclass(frozen=True)
 class LaunchTime:
@@ -374,7 +326,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         compute += per_sm * launch.reductions / rates.pointwise("row_reduce", concurrency)
     hbm_rate = hbm_read_rate(launch, rates, concurrency)
     l2_rate = rates.memory("l2_read") / sms
-    program_spills, round_spills = _spill_seconds(launch, rates, concurrency, hbm_rate, l2_rate)
+    per_byte = _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
+    program_spills = spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)  # its waits
     compute += per_sm * program_spills
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
     stores = launch.store_bytes / launch.programs * sms / rates.memory(f"{launch.store_pattern}_write")
@@ -382,7 +335,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     if launch.walk is not None:
         rounds = math.ceil(per_sm / concurrency)
         step = rates.walk_step(launch.walk, launch.warps, launch.stages)
-        compute = max(compute, rounds * (launch.loop_trips * step + round_spills))
+        compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
