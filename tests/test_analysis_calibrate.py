@@ -148,3 +148,6 @@ def test_blocks_are_stored_beside_the_ceilings(tmp_path, monkeypatch):
     assert hardware.load_calibration_blocks("h100") == {"dot": []}
     record = json.loads((tmp_path / "h100-sxm.json").read_text())
     assert set(record) == {"gpu", "dtype", "flops", "bandwidth", "source", "blocks"}
+    provenance = {"git": {"commit": "abc"}, "command": "tflabench calibrate"}
+    hardware.save_measured_ceilings("h100", ceilings, {"dot": []}, provenance)
+    assert json.loads((tmp_path / "h100-sxm.json").read_text())["provenance"] == provenance

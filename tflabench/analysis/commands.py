@@ -529,7 +529,7 @@ def calibrate(
 
 def _provenance() -> dict:
     """Where a calibration comes from: the checkout's commit, the software versions, the command line."""
-    from tflabench.bench.results import git_state, software_versions
+    from tflabench.provenance import git_state, software_versions
 
     return {"git": git_state(), "versions": software_versions([]),
             "command": shlex.join(["tflabench", *sys.argv[1:]])}

@@ -122,7 +122,8 @@ def _open_meta(run_dir: Path, spec: SweepSpec, jobs: list[Job], first: GpuFacts)
     from dataclasses import asdict
 
     from tflabench.bench.derived import Derivation
-    from tflabench.bench.results import META_FILE, command_line, new_meta, now_iso, read_meta, write_meta
+    from tflabench.bench.results import META_FILE, new_meta, now_iso, read_meta, write_meta
+    from tflabench.provenance import command_line
 
     path = run_dir / META_FILE
     if path.exists():

@@ -16,7 +16,6 @@ from tflabench.bench.results import (
     META_FILE,
     RESULTS_FILE,
     ResultsWriter,
-    command_line,
     now_iso,
     point_from_row,
     read_meta,
@@ -24,6 +23,7 @@ from tflabench.bench.results import (
     write_meta,
 )
 from tflabench.errors import InputError
+from tflabench.provenance import command_line
 from tflabench.schema import COLUMNS
 
 

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import csv
 import datetime
-import importlib.metadata
 import json
 import os
 import platform
-import shlex
 import shutil
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
@@ -31,17 +27,13 @@ from tflabench.bench.derived import DERIVED_COLUMNS, Derivation
 from tflabench.bench.registry import KernelSpec
 from tflabench.core import SweepPoint
 from tflabench.errors import InputError
+from tflabench.provenance import command_line, git_state, software_versions
 from tflabench.schema import COLUMNS
 
 RESULTS_FILE = "results.csv"
 META_FILE = "meta.json"
 LOG_DIR = "logs"
 
-
-
-def command_line() -> str:
-    """The command that is running, as a shell line starting with ``tflabench``."""
-    return shlex.join(["tflabench", *sys.argv[1:]])
 
 
 def now_iso() -> str:
@@ -262,50 +254,6 @@ def _differs(old: str, new: str) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------- meta
-
-
-def git_state() -> dict[str, Any]:
-    """Commit and dirty flag of the checkout. The environment variable TFLABENCH_GIT_COMMIT, when set,
-    wins: a copy of the working tree on a GPU machine may carry no history, or a stale one."""
-    if os.environ.get("TFLABENCH_GIT_COMMIT"):
-        return {"commit": os.environ["TFLABENCH_GIT_COMMIT"], "dirty": None, "source": "TFLABENCH_GIT_COMMIT"}
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True,
-                              timeout=10).stdout.strip()
-
-    try:
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-
-
-def _distribution_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def software_versions(packages: list[str]) -> dict[str, Any]:
-    """Python, torch, CUDA, cuDNN, triton, numpy, tflabench, the version of our kernels' default tilings
-    (`tilings.KERNELS_VERSION`) and the peers' versions."""
-    import torch
-
-    from tflabench.kernels.mlstm.tilings import KERNELS_VERSION
-
-    versions: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
-    }
-    for name in ("triton", "numpy", "tflabench", "nvidia-ml-py"):
-        versions[name] = _distribution_version(name)
-    versions["tflabench_kernels"] = KERNELS_VERSION
-    versions["peers"] = {name: _distribution_version(name) for name in sorted(set(packages))}
-    return versions
 
 
 def ceilings_record(derivation: Derivation, dtypes: tuple[str, ...]) -> dict[str, Any]:
