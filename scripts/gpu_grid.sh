@@ -18,7 +18,7 @@
 #   TFLABENCH_GRID_GPUS     GPUs to spread the grid over (default: those `nvidia-smi -L` lists; 1 without it)
 #   TFLABENCH_GRID_KERNELS  replaces the explicit kernel list (the first stage)
 #   TFLABENCH_CHOICE_RUNS   the runs the choice table is built from before this one (see above)
-#   TFLABENCH_SWEEP_ARGS    more `tflabench sweep` options for every sweep, e.g. "--retry failed_check"
+#   TFLABENCH_SWEEP_ARGS    more `tflabench sweep` options for every sweep (scripts/grid_sweep.sh)
 #
 # Several GPUs (all of one model), e.g. on a machine of 4 H100s: the same command; the grid is split by head
 # config, head config j of the preset on GPU j mod G, so that each (shape, mode) group, our kernels and the
@@ -56,28 +56,9 @@ gpus=${TFLABENCH_GRID_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 ((gpus < 1)) && gpus=1
 
 source scripts/device_env.sh  # the peer wheels on PYTHONPATH
+source scripts/grid_sweep.sh  # grid_sweep: one sweep stage, bounded by the call's time
 export TRITON_CACHE_AUTOTUNING=1
 mkdir -p "$out"
-
-sweep() {  # sweep KERNELS [DIR [CONFIG]]: measure the run DIR (default results/RUN) until the call's time is
-    # up, with the sweep file CONFIG on top of the preset; 0 when every point of KERNELS is done
-    local dir=${2:-$run_dir} config=()
-    local left=$((command_s - SECONDS - report_s)) log=$dir/sweep-log.txt
-    ((left < 150)) && return 1  # no time for a point: --budget below would be negative
-    mkdir -p "$dir"
-    [[ -n ${3:-} ]] && config=(--config "$3")
-    echo "== $(date -u +%FT%TZ) $(basename "$dir"): $1, ${left}s left${CUDA_VISIBLE_DEVICES:+, GPU $CUDA_VISIBLE_DEVICES}" \
-        >> "$log"
-    local resume=()
-    [[ -f $dir/meta.json ]] && resume=(--resume)  # the first call starts the run
-    # shellcheck disable=SC2086  # TFLABENCH_SWEEP_ARGS: options split at spaces
-    timeout -s INT -k 30 "$left" python3 -m tflabench sweep --preset tfla-grid --run-name "$(basename "$dir")" \
-        --out "$(dirname "$dir")" "${config[@]}" "${resume[@]}" --budget $((left - 150)) --timeout 120 \
-        --kernels "$1" ${TFLABENCH_SWEEP_ARGS:-} > "$dir/last-sweep.txt" 2>&1
-    local status=$?
-    cat "$dir/last-sweep.txt" >> "$log"
-    ((status == 0)) && ! grep -q "budget reached" "$dir/last-sweep.txt"
-}
 
 choice_table() {  # choice_table RUN_DIR...: rebuild choices.json from the shipped runs, then RUN_DIR...
     local dir choice_runs=()
@@ -93,13 +74,12 @@ if ((gpus == 1)); then
         echo "$run_dir holds the slices of a run on several GPUs: continue it with TFLABENCH_GRID_GPUS=N" >&2
         exit 2
     fi
-    if sweep "$explicit"; then
+    if grid_sweep "$explicit" "$run_dir"; then
         choice_table "$run_dir"
-        sweep "tflabench.*.auto" && echo "complete: $run_dir"
+        grid_sweep "tflabench.*.auto" "$run_dir" && echo "complete: $run_dir"
     fi
     python3 -m tflabench plot "$run_dir" >> "$log" 2>&1
     python3 -m tflabench report "$run_dir" >> "$log" 2>&1
-    rm -f "$run_dir/last-sweep.txt"
     tar czf "$out/$run.tar.gz" -C results "$run"
     tail -n 25 "$log"
     echo "(${SECONDS}s)"
@@ -127,7 +107,7 @@ gpu_stage() {  # gpu_stage GPU STAGE KERNELS: the slices of GPU (head configs j 
         mkdir -p "$dir"
         [[ -f $dir/heads.toml ]] || printf '[sweep]\nhead_configs = [[%s]]\n' "${head_configs[j]// /, }" \
             > "$dir/heads.toml"
-        CUDA_VISIBLE_DEVICES=$gpu sweep "$3" "$dir" "$dir/heads.toml" && touch "$state/$2-${slices[j]}"
+        CUDA_VISIBLE_DEVICES=$gpu grid_sweep "$3" "$dir" "$dir/heads.toml" && touch "$state/$2-${slices[j]}"
     done
 }
 
@@ -192,7 +172,6 @@ if [[ $result == complete* ]]; then
     python3 -m tflabench plot "$run_dir" >> "$log" 2>&1
     python3 -m tflabench report "$run_dir" >> "$log" 2>&1
 fi
-rm -f "$slices_dir"/*/last-sweep.txt
 rm -rf "$state"
 tar czf "$out/$run.tar.gz" -C results "$run"
 echo "-- $log"

@@ -29,28 +29,16 @@ report_s=40  # plot + report + archive of one run
 SECONDS=0
 
 source scripts/device_env.sh  # the peer wheels on PYTHONPATH
+source scripts/grid_sweep.sh  # grid_sweep: one sweep stage, bounded by the call's time
 mkdir -p "$out"
-
-sweep() {  # sweep RUN_DIR KERNELS: 0 when every point of KERNELS is done within this call's time
-    local dir=$1 left=$((command_s - SECONDS - report_s)) resume=()
-    ((left < 60)) && return 1
-    [[ -f $dir/meta.json ]] && resume=(--resume)
-    timeout -s INT -k 20 "$left" python3 -m tflabench sweep --preset tfla-grid --config "$dir/heads.toml" \
-        --run-name "$(basename "$dir")" --out results "${resume[@]}" --budget $((left - 40)) --timeout 120 \
-        --kernels "$2" > "$dir/last-sweep.txt" 2>&1
-    local status=$? cut_off=0
-    grep -q "budget reached" "$dir/last-sweep.txt" && cut_off=1
-    cat "$dir/last-sweep.txt" >> "$dir/sweep-log.txt"
-    rm -f "$dir/last-sweep.txt"
-    ((status == 0 && cut_off == 0))
-}
 
 for config in "${configs[@]}"; do
     dir=results/$prefix-$config
     mkdir -p "$dir"
     [[ -f $dir/heads.toml ]] || printf '[sweep]\nhead_configs = [[%s]]\n' "${config//x/, }" > "$dir/heads.toml"
     state=incomplete
-    sweep "$dir" "$explicit" && sweep "$dir" "tflabench.*.auto" && state=complete
+    grid_sweep "$explicit" "$dir" "$dir/heads.toml" && grid_sweep "tflabench.*.auto" "$dir" "$dir/heads.toml" \
+        && state=complete
     rm -rf "$dir/logs"
     python3 -m tflabench plot "$dir" > /dev/null 2>&1
     python3 -m tflabench report "$dir" > /dev/null 2>&1
