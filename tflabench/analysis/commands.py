@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from typing import Annotated
 
 import typer
@@ -529,10 +527,9 @@ def calibrate(
 
 def _provenance() -> dict:
     """Where a calibration comes from: the checkout's commit, the software versions, the command line."""
-    from tflabench.provenance import git_state, software_versions
+    from tflabench.provenance import command_line, git_state, software_versions
 
-    return {"git": git_state(), "versions": software_versions([]),
-            "command": shlex.join(["tflabench", *sys.argv[1:]])}
+    return {"git": git_state(), "versions": software_versions([]), "command": command_line()}
 
 
 def _measure_blocks() -> dict:
