@@ -41,10 +41,13 @@ import triton.language as tl
 from tflabench.kernels.mlstm import triton_fused, triton_fwd
 
 #: (M, N, K, num_warps) of the timed `tl.dot` tiles: the state update K^T V ([BK, BL] x [BL, BV]), the
-#: inter-chunk term Q C and the scores Q K^T ([BLQ, BK] x [BK, BV|BLKV]), the fused kernels' whole chunks
+#: inter-chunk term Q C and the scores Q K^T ([BLQ, BK] x [BK, BV|BLKV]), the fused kernels' whole chunks;
+#: N or K of 32 where a tiling's head-dim blocks are 32 wide (96 = 3 x 32): such products run at 0.47-0.70x
+#: the FLOP rate of 64 x 64 x 64 on an H100 (results/perf-log.md), not at the nearest 64-wide figure
 DOT_SHAPES = (
     (64, 64, 64, 4), (64, 128, 64, 4), (64, 256, 64, 4),
     (64, 64, 128, 4), (64, 128, 128, 4), (64, 256, 128, 4),
+    (64, 32, 32, 4), (64, 32, 64, 4), (64, 64, 32, 4), (64, 32, 128, 4), (64, 128, 32, 4),
     (128, 64, 64, 4), (128, 128, 64, 4), (128, 128, 128, 4),
     (128, 64, 64, 8), (128, 128, 64, 8), (128, 128, 128, 8), (128, 256, 64, 8),
 )
@@ -57,6 +60,7 @@ WALK_SHAPES = (
     ("state", 64, 64, 64, 4, 1), ("state", 128, 64, 64, 4, 1),
     ("state", 64, 64, 64, 4, 2), ("state", 128, 64, 64, 4, 2),
     ("state", 64, 64, 128, 4, 2), ("state", 128, 64, 128, 4, 2),
+    ("state", 64, 32, 32, 4, 2), ("state", 128, 32, 32, 4, 2),
     ("fused", 64, 64, 64, 4, 2), ("fused", 128, 64, 64, 4, 2),
     ("fused", 64, 128, 64, 4, 2), ("fused", 128, 128, 64, 4, 2),
     ("fused", 64, 64, 64, 8, 2), ("fused", 128, 64, 64, 8, 2),
