@@ -46,7 +46,9 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert set(blocks["device"]) == {"sm_count", "shared_memory_per_sm", "registers_per_sm", "l2_bytes"}
     shapes = [(dot["m"], dot["n"], dot["k"], dot["num_warps"]) for dot in blocks["dot"]]
     assert shapes == [(16, 16, 16, 4), (16, 32, 16, 4)]
-    assert all(dot["flops_per_s"] > 0 and dot["one_per_sm_flops_per_s"] > 0 for dot in blocks["dot"])
+    rates = {f"{prefix}{grid}flops_per_s" for prefix in ("", "a_resident_") for grid in ("", "one_per_sm_")}
+    assert all(set(dot) == {"m", "n", "k", "num_warps"} | rates for dot in blocks["dot"])
+    assert all(dot[rate] > 0 for dot in blocks["dot"] for rate in rates)
     pointwise = {f"{name}{grid}_elements_per_s" for name in ("exp", "fma", "row_reduce")
                  for grid in ("", "_one_per_sm")}
     assert set(blocks["pointwise"]) == pointwise
@@ -63,16 +65,23 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert blocks["seconds"] > 0
 
 
-def test_the_dot_benchmark_accumulates_the_products_of_its_slots():
+@pytest.mark.parametrize("a_resident", [False, True])
+def test_the_dot_benchmark_accumulates_the_products_of_its_slots(a_resident):
     """`_dot_kernel`: program p's accumulator is the sum over its iterations of a[s] @ b[s],
-    s = (p + it) mod SLOTS; against float64."""
+    s = (p + it) mod SLOTS, with a[p mod SLOTS] in every product where A_RESIDENT; against float64."""
     slots, m, n, k, iters, programs = 3, 16, 32, 16, 5, 2
     gen = torch.Generator().manual_seed(3)
     a, b = torch.randn(slots, m, k, generator=gen), torch.randn(slots, k, n, generator=gen)
     out = torch.empty(programs)
-    calibrate_blocks._dot_kernel[(programs,)](a, b, out, iters, slots, M=m, N=n, K=k, NUM_STAGES=1)
-    slot_sums = [(a[slot].double() @ b[slot].double()).sum() for slot in range(slots)]
-    expected = [sum(slot_sums[(p + it) % slots] for it in range(iters)) for p in range(programs)]
+    calibrate_blocks._dot_kernel[(programs,)](a, b, out, iters, slots, M=m, N=n, K=k, NUM_STAGES=1,
+                                              A_RESIDENT=a_resident)
+    a64, b64 = a.double(), b.double()
+
+    def product(p, it):
+        slot = (p + it) % slots
+        return (a64[p % slots if a_resident else slot] @ b64[slot]).sum()
+
+    expected = [sum(product(p, it) for it in range(iters)) for p in range(programs)]
     assert torch.allclose(out.double(), torch.tensor(expected), rtol=1e-4)
 
 

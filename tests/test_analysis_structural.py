@@ -644,6 +644,27 @@ def test_independent_product_chains_count_as_programs_for_the_product_rate():
     assert all(item.chains == 1 for item in reference)
 
 
+def test_products_with_the_left_operand_on_chip_take_that_rate(tmp_path, monkeypatch):
+    """With a calibration that times products whose left operand stays on chip (``a_resident_*``, made 3x
+    faster here), our output kernel's key-tile products (query block and score tile on chip) take it and
+    the state recurrence's K^T V (both operands loaded every step) does not; without it (the fixture) both
+    keep the rate with both operands loaded."""
+    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
+    calibration["blocks"]["dot"] = [dict(dot, a_resident_flops_per_s=3 * dot["flops_per_s"],
+                                         a_resident_one_per_sm_flops_per_s=3 * dot["one_per_sm_flops_per_s"])
+                                    for dot in calibration["blocks"]["dot"]]
+    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
+    launches = {launch.name: launch for launch in structural.launches(FIG4, "xl_chunk", 256)}
+    assert {streamed for *_, streamed in launches["output"].dots} == {1, 2}
+    assert {streamed for *_, streamed in launches["states"].dots} == {2}
+    before = {name: structural.launch_time(launches[name], structural.load_rates("h100-sxm"))
+              for name in ("output", "states")}
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
+    after = {name: structural.launch_time(launches[name], structural.load_rates("h100-sxm"))
+             for name in ("output", "states")}
+    assert after["output"].compute_s < before["output"].compute_s
+    assert after["states"].compute_s == before["states"].compute_s
+
 
 def test_the_reference_covers_head_dims_its_blocks_do_not_divide():
     """At 96/96 the reference's launchers cover the head dims with masked power-of-two blocks (cdiv: two

@@ -176,14 +176,19 @@ def _slot_tile(ptr, slot, ROWS: tl.constexpr, COLS: tl.constexpr):
 
 @triton.jit
 def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
-                M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, NUM_STAGES: tl.constexpr):
+                M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                A_RESIDENT: tl.constexpr):
     """acc[M, N] += a[M, K] @ b[K, N] ITERS times, the operands loaded each iteration from one of SLOTS
-    tile slots (a [SLOTS, M, K], b [SLOTS, K, N], L2-resident). Writes the sum of acc to out[pid]."""
+    tile slots (a [SLOTS, M, K], b [SLOTS, K, N], L2-resident); with A_RESIDENT, a loaded once before the
+    loop and b each iteration (a product whose left operand stays on chip: a query block, a score tile).
+    Writes the sum of acc to out[pid]."""
     pid = tl.program_id(0)
     acc = tl.zeros([M, N], dtype=tl.float32)
+    resident = _slot_tile(a_ptr, pid % SLOTS, M, K)
     for it in tl.range(0, ITERS, num_stages=NUM_STAGES):
         slot = (pid + it) % SLOTS
-        acc = tl.dot(_slot_tile(a_ptr, slot, M, K), _slot_tile(b_ptr, slot, K, N), acc)
+        a = resident if A_RESIDENT else _slot_tile(a_ptr, slot, M, K)
+        acc = tl.dot(a, _slot_tile(b_ptr, slot, K, N), acc)
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
 
 
@@ -308,22 +313,27 @@ def _grid_programs(sizes: BlockSizes, limits: DeviceLimits) -> tuple[int, int]:
 
 
 def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
-    """FLOP/s (whole GPU) of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`: ``flops_per_s`` with
-    `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s`` with one program per SM."""
+    """FLOP/s (whole GPU) of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`, both operands loaded
+    every iteration: ``flops_per_s`` with `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s``
+    with one program per SM; the same with the left operand loaded once (``a_resident_flops_per_s``,
+    ``a_resident_one_per_sm_flops_per_s``)."""
     slots = 64 if sizes.device == "cuda" else 2
     results = []
     for m, n, k, warps in sizes.dot_shapes:
         a = torch.randn(slots, m, k, device=sizes.device).to(sizes.dtype)
         b = torch.randn(slots, k, n, device=sizes.device).to(sizes.dtype)
         out = torch.empty(_grid_programs(sizes, limits)[0], device=sizes.device)
-        rates = []
-        for programs in _grid_programs(sizes, limits):
-            def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps):
-                _dot_kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
-                                         NUM_STAGES=sizes.dot_stages, num_warps=warps)
-            rates.append(2 * m * n * k * sizes.dot_iters * programs / timer(launch))
-        results.append({"m": m, "n": n, "k": k, "num_warps": warps, "flops_per_s": rates[0],
-                        "one_per_sm_flops_per_s": rates[1]})
+        figures = {"m": m, "n": n, "k": k, "num_warps": warps}
+        for prefix, a_resident in (("", False), ("a_resident_", True)):
+            for tag, programs in zip(("", "one_per_sm_"), _grid_programs(sizes, limits), strict=True):
+                def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps,
+                           a_resident=a_resident):
+                    _dot_kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
+                                             NUM_STAGES=sizes.dot_stages, A_RESIDENT=a_resident,
+                                             num_warps=warps)
+                flops = 2 * m * n * k * sizes.dot_iters * programs
+                figures[f"{prefix}{tag}flops_per_s"] = flops / timer(launch)
+        results.append(figures)
     return results
 
 

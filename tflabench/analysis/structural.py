@@ -106,18 +106,18 @@ class Problem:
 
 @dataclass
 class Launch:
-    """One kernel launch: `programs` programs, each doing `dots` ({(M, N, K): count}), `exp` and `fma`
-    fp32 elements, `reductions` fp32 score elements under a row max and row sum (mLSTMexp), `l2_bytes` of
-    loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores
-    `store_bytes` (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and
-    stage_bytes (shared memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton
-    function) finds its compiled registers, shared memory and loop spills (`compiled`, from
-    compiled_resources.json) when the table has them, and `loop_trips` is the trips of its outermost loop
-    per program (what the spills of one trip are multiplied by). `walk`: (kind, L, Dqk, Dv) of the step of a
-    launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`:
-    the independent accumulator chains of tile products a program interleaves; the calibration times one
-    chain per program, and c programs of n chains each get the product rate of c x n programs
-    (results/h100/dot-chains/: two chains 1.17-1.37x one)."""
+    """One kernel launch: `programs` programs, each doing `dots` ({(M, N, K, streamed): count}, `dot`), `exp`
+    and `fma` fp32 elements, `reductions` fp32 score elements under a row max and row sum (mLSTMexp),
+    `l2_bytes` of loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores `store_bytes`
+    (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and stage_bytes (shared
+    memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton function) finds its
+    compiled registers, shared memory and loop spills (`compiled`, from compiled_resources.json) when the
+    table has them, and `loop_trips` is the trips of its outermost loop per program (what the spills of
+    one trip are multiplied by). `walk`: (kind, L, Dqk, Dv) of the step of a launch whose programs walk
+    the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`: the independent accumulator
+    chains of tile products a program interleaves; the calibration times one chain per program, and c
+    programs of n chains each get the product rate of c x n programs (results/h100/dot-chains/: two chains
+    1.17-1.37x one)."""
 
     name: str
     programs: int
@@ -125,7 +125,7 @@ class Launch:
     stages: int
     accumulator_elements: int
     stage_bytes: int
-    dots: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    dots: dict[tuple[int, int, int, int], float] = field(default_factory=dict)
     exp: float = 0.0
     fma: float = 0.0
     reductions: float = 0.0
@@ -139,13 +139,16 @@ class Launch:
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
 
-    def dot(self, m: int, n: int, k: int, count: float) -> None:
-        self.dots[(m, n, k)] = self.dots.get((m, n, k), 0.0) + count
+    def dot(self, m: int, n: int, k: int, count: float, streamed: int = 2) -> None:
+        """``count`` products [M, K] x [K, N] per program, ``streamed`` of their two operands loaded from
+        memory for each (1: the left operand stays on chip, a query block or a score tile)."""
+        key = (m, n, k, streamed)
+        self.dots[key] = self.dots.get(key, 0.0) + count
 
     @property
     def flops(self) -> float:
         """tl.dot FLOPs of the whole launch."""
-        return self.programs * sum(2 * m * n * k * count for (m, n, k), count in self.dots.items())
+        return self.programs * sum(2 * m * n * k * count for (m, n, k, _), count in self.dots.items())
 
 
 # ---------------------------------------------------------------------------------------------- rates
@@ -173,15 +176,19 @@ class Rates:
         weight = min(1.0, max(0.0, (concurrency - 1) / max(full_at - 1, 1e-9)))
         return (one_per_sm + weight * (full - one_per_sm)) / self.sm_count
 
-    def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float) -> float:
+    def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float,
+                 streamed: int = 2) -> float:
         """Per-SM FLOP/s of a [M, K] x [K, N] tile product: the calibrated shape nearest in log2 (M, N, K)
-        (the same warp count preferred)."""
+        (the same warp count preferred), its rate with both operands loaded every time, or with ``streamed``
+        1 its rate with the left operand on chip (calibrations without that figure: the first)."""
 
         def distance(dot: dict) -> tuple[float, int]:
             return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
 
         nearest = min(self.blocks["dot"], key=distance)
-        return self.per_sm(nearest["flops_per_s"], nearest["one_per_sm_flops_per_s"], concurrency)
+        prefix = "a_resident_" if streamed == 1 and "a_resident_flops_per_s" in nearest else ""
+        return self.per_sm(nearest[f"{prefix}flops_per_s"], nearest[f"{prefix}one_per_sm_flops_per_s"],
+                           concurrency)
 
     def pointwise(self, name: str, concurrency: float) -> float:
         """Per-SM fp32 elements per second of the pointwise block ``name`` (exp, fma, row_reduce),
@@ -317,9 +324,10 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     resident = resident_programs(launch, rates)
     per_sm = math.ceil(launch.programs / sms)
     concurrency = min(resident, per_sm)
+    products = concurrency * launch.chains
     dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
-                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, concurrency * launch.chains)
-                for (m, n, k), count in launch.dots.items())
+                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed)
+                for (m, n, k, streamed), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
     if "row_reduce_elements_per_s" in rates.blocks["pointwise"]:  # calibrations before it: untimed
@@ -501,7 +509,7 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
     bk, bv, bl = tiling.state_block_qk, tiling.state_block_v, tiling.block_state
     steps = p.seq_len // bl
     launch.stage_bytes += bl * bv * e
-    launch.dot(bl, bk, bv, steps)
+    launch.dot(bl, bk, bv, steps, streamed=1)
     launch.fma += steps * bl * bk
     launch.l2_bytes += steps * bl * bv * e
     launch.hbm_bytes += p.rows * p.seq_len * p.head_dim_v * e
@@ -543,8 +551,9 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
                     (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
                     kernel="chunk_outputs_kernel", chains=chains)
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
-    launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles)
-    launch.dot(t.block_q, t.out_block_v, t.out_block_kv, kv_tiles)
+    launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles,
+               streamed=2 if reload_query or qk_blocks > 1 else 1)
+    launch.dot(t.block_q, t.out_block_v, t.out_block_kv, kv_tiles, streamed=1)
     online_max = p.variant == "exp" and not t.out_prefix_max
     launch.exp = kv_tiles * t.block_q * t.out_block_kv * (2 if online_max else 1)
     launch.reductions = kv_tiles * t.block_q * t.out_block_kv if online_max else 0.0
@@ -583,8 +592,8 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
     launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
                     kernel=f"chunk_{name.lower()}_kernel")
-    launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks)
-    launch.dot(rows, out_block, partner, partner_tiles)
+    launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks, streamed=2 if loop_blocks > 1 else 1)
+    launch.dot(rows, out_block, partner, partner_tiles, streamed=1)
     launch.dot(rows, out_block, loop_block, loop_blocks)
     launch.exp = partner_tiles * rows * partner
     launch.fma = partner_tiles * rows * partner * 3 + rows * out_block * 2
@@ -612,10 +621,10 @@ def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = Fal
                     t.block_q * (dqk + dv) * e, kernel="chunk_dkdv_kernel", chains=2)
     launch.dot(rows, dqk, dv, 1)
     launch.dot(rows, dv, dqk, 1)
-    launch.dot(rows, t.block_q, dqk, query_tiles)
-    launch.dot(rows, dv, t.block_q, query_tiles)
-    launch.dot(rows, t.block_q, dv, query_tiles)
-    launch.dot(rows, dqk, t.block_q, query_tiles)
+    launch.dot(rows, t.block_q, dqk, query_tiles, streamed=1)
+    launch.dot(rows, dv, t.block_q, query_tiles, streamed=1)
+    launch.dot(rows, t.block_q, dv, query_tiles, streamed=1)
+    launch.dot(rows, dqk, t.block_q, query_tiles, streamed=1)
     launch.exp = query_tiles * rows * t.block_q
     launch.fma = query_tiles * rows * t.block_q * 3 + rows * (dqk + dv) * 2
     launch.l2_bytes = (rows * (dqk + dv) * e + dqk * dv * state_bytes
@@ -625,7 +634,7 @@ def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = Fal
     launch.store_bytes = p.rows * p.seq_len * ((dqk + dv) * e + 4)
     if with_dq:
         launch.name, launch.accumulator_elements = "dQ+dK+dV", launch.accumulator_elements + rows * dqk
-        launch.dot(rows, dqk, t.block_q, query_tiles)
+        launch.dot(rows, dqk, t.block_q, query_tiles, streamed=1)
         launch.fma += rows * dqk * 2
         launch.l2_bytes += rows * dqk * e
         launch.hbm_bytes += p.rows * p.seq_len * dqk * e
@@ -682,9 +691,9 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
                     kernel="fused_forward_kernel", loop_trips=chunks,
                     walk=("fused_exp" if p.variant == "exp" else "fused", chunk, dqk, bv))
     launch.dot(chunk, chunk, dqk, chunks)
-    launch.dot(chunk, bv, dqk, chunks)
-    launch.dot(chunk, bv, chunk, chunks)
-    launch.dot(dqk, bv, chunk, chunks)
+    launch.dot(chunk, bv, dqk, chunks, streamed=1)
+    launch.dot(chunk, bv, chunk, chunks, streamed=1)
+    launch.dot(dqk, bv, chunk, chunks, streamed=1)
     launch.exp = chunks * chunk * chunk * (2 if p.variant == "exp" else 1)
     launch.reductions = chunks * chunk * chunk if p.variant == "exp" else 0.0
     launch.fma = chunks * (chunk * chunk * 3 + dqk * bv + chunk * dqk)
