@@ -691,9 +691,9 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
                     kernel="fused_forward_kernel", loop_trips=chunks,
                     walk=("fused_exp" if p.variant == "exp" else "fused", chunk, dqk, bv))
     launch.dot(chunk, chunk, dqk, chunks)
-    launch.dot(chunk, bv, dqk, chunks, streamed=1)
-    launch.dot(chunk, bv, chunk, chunks, streamed=1)
-    launch.dot(dqk, bv, chunk, chunks, streamed=1)
+    launch.dot(chunk, bv, dqk, chunks)
+    launch.dot(chunk, bv, chunk, chunks)
+    launch.dot(dqk, bv, chunk, chunks)
     launch.exp = chunks * chunk * chunk * (2 if p.variant == "exp" else 1)
     launch.reductions = chunks * chunk * chunk if p.variant == "exp" else 0.0
     launch.fma = chunks * (chunk * chunk * 3 + dqk * bv + chunk * dqk)
