@@ -666,6 +666,22 @@ def test_products_with_the_left_operand_on_chip_take_that_rate(tmp_path, monkeyp
     assert after["states"].compute_s == before["states"].compute_s
 
 
+def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeypatch):
+    """A state recurrence of 32 programs (B = 1, 32 x 64/64) on 132 SMs: each of the 32 busy SMs gets a
+    larger share of the HBM bandwidth than with every SM busy (up to its one-program Little's-law rate), so
+    the launch's memory time is shorter than with the bandwidth shared among all SMs."""
+    problem = structural.Problem(1, 32768, 32, 64, 64)
+    launches = structural.launches(problem, "xl_chunk", 128)
+    states = next(launch for launch in launches if launch.name == "states")
+    assert structural.active_sms(states, rates) == 32 < rates.sm_count
+    crowded = dataclasses.replace(states, programs=rates.sm_count)
+    assert structural.hbm_read_rate(states, rates, 1) > structural.hbm_read_rate(crowded, rates, 1)
+    assert structural.hbm_read_rate(states, rates, 1) <= rates.memory("token_read") / 32
+    shared = structural.launch_time(states, rates)
+    monkeypatch.setattr(structural, "active_sms", lambda launch, rates: rates.sm_count)
+    assert shared.memory_s < structural.launch_time(states, rates).memory_s
+
+
 def test_the_reference_covers_head_dims_its_blocks_do_not_divide():
     """At 96/96 the reference's launchers cover the head dims with masked power-of-two blocks (cdiv: two
     blocks of 64, one value block of 128), and the model counts those programs (no empty launch)."""

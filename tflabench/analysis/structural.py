@@ -201,11 +201,12 @@ class Rates:
     def memory(self, name: str) -> float:
         return float(self.blocks["memory"][f"{name}_bytes_per_s"])
 
-    def hbm_read(self, in_flight_bytes: float) -> float:
+    def hbm_read(self, in_flight_bytes: float, active_sms: int | None = None) -> float:
         """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM. Little's law:
-        at a fixed latency the rate grows with the bytes in flight, up to the full-grid figure; the
-        calibration's one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`."""
-        full = self.memory("token_read") / self.sm_count
+        at a fixed latency the rate grows with the bytes in flight, up to the SM's share of the full-grid
+        figure among the ``active_sms`` SMs that have programs (all by default); the calibration's
+        one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`."""
+        full = self.memory("token_read") / min(active_sms or self.sm_count, self.sm_count)
         one = self.memory("token_read_one_per_sm") / self.sm_count
         return min(full, one * in_flight_bytes / READ_IN_FLIGHT_BYTES)
 
@@ -309,12 +310,19 @@ class LaunchTime:
         return self.overhead_s + max(self.compute_s, self.memory_s) + hidden
 
 
+def active_sms(launch: Launch, rates: Rates) -> int:
+    """SMs that have programs of the launch: a launch of fewer programs than SMs leaves the others idle,
+    and the HBM bandwidth is shared among those that have programs."""
+    return min(launch.programs, rates.sm_count)
+
+
 def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     """Per-SM HBM read rate of a launch: by the operand bytes of one pipeline stage of each of the
-    ``concurrency`` programs running at once on an SM (`Rates.hbm_read`); for launches without tiles
-    (elementwise ones), interpolated in the programs per SM (`Rates.per_sm`)."""
+    ``concurrency`` programs running at once on an SM, up to the SM's share of the bandwidth among the
+    `active_sms` (`Rates.hbm_read`); for launches without tiles (elementwise ones), interpolated in the
+    programs per SM (`Rates.per_sm`)."""
     if launch.stage_bytes:
-        return rates.hbm_read(concurrency * launch.stage_bytes)
+        return rates.hbm_read(concurrency * launch.stage_bytes, active_sms(launch, rates))
     return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
@@ -338,7 +346,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     program_spills = spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)  # its waits
     compute += per_sm * program_spills
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
-    stores = launch.store_bytes / launch.programs * sms / rates.memory(f"{launch.store_pattern}_write")
+    stores = (launch.store_bytes / launch.programs * active_sms(launch, rates)
+              / rates.memory(f"{launch.store_pattern}_write"))
     memory = per_sm * (loads + stores)
     if launch.walk is not None:
         rounds = math.ceil(per_sm / concurrency)
