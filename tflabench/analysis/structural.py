@@ -7,7 +7,8 @@ shape, the chunk size and the tiling the kernels really use (`xl_chunk.Tiling.de
 Time of one launch with P programs on S SMs, r of them resident per SM (occupancy, `resident_programs`):
 
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
-    compute = n * (sum over dots of FLOPs / dot_rate(shape, c) + exp / exp_rate + fma / fma_rate
+    compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded) + exp / exp_rate
+                   + fma / fma_rate
                    [+ reductions / row_reduce_rate, mLSTMexp, with a calibration that has it]
                    + spills)
     spills  = spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate)
@@ -16,19 +17,21 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
               (a pipelined launch, two or more stages: launch + P * per_program + sqrt(compute^2 + memory^2))
 
-hbm_rate = min(full-grid rate, one-program-per-SM rate x c x stage bytes / READ_IN_FLIGHT_BYTES) per SM
-(Little's law: the loads one step of the c programs issues against those of the calibration's one program);
+hbm_rate = min(full-grid rate / A, one-program-per-SM rate / S x c x stage bytes / READ_IN_FLIGHT_BYTES) per
+SM, A = min(P, S) the SMs that have programs (Little's law: the loads one step of the c programs issues
+against those of the calibration's one program), and store_rate the full-grid store rate / A;
 
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
 rounds of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for
 its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
 
-with every rate the per-SM share (whole-GPU figure / S) and dot_rate (and the pointwise rates,
-where the calibration has their one-program-per-SM figures) interpolated in c between the calibration's
-one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
-(compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling, else a rule. A
-pass is the sum of its launches.
+with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
+operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
+and it (and the pointwise rates, where the calibration has their one-program-per-SM figures) interpolated
+in c between the calibration's one-program-per-SM and full-grid figures; r and the spills from the
+compiled kernels (compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling,
+else a rule. A pass is the sum of its launches.
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
 (the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk as its launchers launch it:
@@ -546,7 +549,8 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     """`chunk_outputs_kernel`: per chunk (Dv/BV) x (L/(BLQ Q_TILES)) programs, each Q_TILES query tiles:
     Qbar C over Dqk/BK blocks, then the key/value tiles up to the diagonal. reload_query: the query
     tile's Dqk blocks are loaded again for every key/value tile (the reference's output kernel); ours keeps
-    the last block loaded. chains: the scores of each key tile, a product independent of the tile before,
+    the last block loaded, so with one Dqk block the scores' left operand stays on chip, as the score
+    tile does in H += S V. chains: the scores of each key tile, a product independent of the tile before,
     form a second chain beside H += S V in ours (held out: results/{h100,h200}/holdout-output-chains); the
     reference's output kernel is modelled with one (with two its best chunk sizes matched on 21 instead of
     32 of 35 runs)."""
@@ -580,8 +584,9 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
 
 def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> Launch:
     """`chunk_dq_kernel`, `chunk_dk_kernel` or `chunk_dv_kernel`: per chunk (head-dim blocks of the
-    gradient) x (L / row tile) programs; the intra-chunk part over the tiles on one side of the diagonal,
-    the inter-chunk part over the other head dim in blocks."""
+    gradient) x (L / row tile) programs; the intra-chunk part over the tiles on one side of the diagonal
+    (the row tile stays on chip where the other head dim is one block, and the score tile does), the
+    inter-chunk part over the other head dim in blocks."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
     if name == "dQ":
