@@ -243,5 +243,9 @@ def test_calibrate_stores_the_building_blocks_beside_the_ceilings(tmp_path, monk
     assert code == 0 and "tl.dot tiles" in out and "per program" in out
     record = json.loads((tmp_path / "h100-sxm.json").read_text())
     assert record["flops"] == 7.5e14 and record["blocks"] == tiny
+    # which GPU and its clocks during the calibration: NVML's figures where it answers, None without it
+    gpu = record["provenance"]["gpu"]
+    assert {"sm_clock_mhz", "mem_clock_mhz", "temp_c_max", "power_w"} <= set(gpu)
+    assert (gpu["sm_clock_mhz"] is None) == ("name" not in gpu) == (commands.device_info() == {})
     payload = json.loads(run_cli(["calibrate", "--no-blocks", "--no-save", "--json"])[1])
     assert payload["blocks"] is None and payload["stored"] is None

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tflabench.bench import nvml
+from tflabench import nvml
 from tflabench.bench.measure import (
     MeasureSettings,
     ReferenceGate,

@@ -18,8 +18,12 @@ from tflabench.core import FAMILIES, PEAK_DTYPE_BYTES
 from tflabench.errors import InputError
 from tflabench.families.mlstm import MLSTM_VARIANTS
 from tflabench.inputs import finite_number, positive_int
+from tflabench.nvml import NvmlSampler, device_info
 
 DEFAULT_CHUNK_SIZES = "16,32,64,128,256,512,1024,2048,4096"
+#: seconds between NVML samples of the clocks during a calibration (coarse: the sampling thread must not
+#: compete with the timed launches for the interpreter)
+CALIBRATION_SAMPLE_INTERVAL_S = 0.5
 _CHUNKLESS_FAMILIES = ("softmax_attention",)
 
 JsonFlag = Annotated[bool, typer.Option(
@@ -483,9 +487,11 @@ def calibrate(
         raise InputError(
             f"GPU {device_name!r} is not in the database: pass --gpu KEY to store its calibration"
         )
-    measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
-    block_figures = _measure_blocks() if blocks else None
-    path = (hardware.save_measured_ceilings(device.key, measured, block_figures, _provenance())
+    with NvmlSampler(interval_s=CALIBRATION_SAMPLE_INTERVAL_S) as sampler:
+        measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
+        block_figures = _measure_blocks() if blocks else None
+    provenance = _provenance() | {"gpu": device_info() | sampler.summary()}
+    path = (hardware.save_measured_ceilings(device.key, measured, block_figures, provenance)
             if save else None)
     datasheet = hardware.datasheet_ceilings(device)
     if as_json:
@@ -526,7 +532,8 @@ def calibrate(
 
 
 def _provenance() -> dict:
-    """Where a calibration comes from: the checkout's commit, the software versions, the command line."""
+    """Where a calibration comes from: the checkout's commit, the software versions, the command line (the
+    caller adds the GPU: which one, and its clocks during the calibration)."""
     from tflabench.provenance import command_line, git_state, software_versions
 
     return {"git": git_state(), "versions": software_versions([]), "command": command_line()}

@@ -31,7 +31,7 @@ class GpuFacts:
 def local_gpu_facts() -> GpuFacts:
     """The facts of this process's device (CUDA device 0 of its visible devices)."""
     from tflabench.bench.measure import prepare_device
-    from tflabench.bench.nvml import device_info
+    from tflabench.nvml import device_info
 
     device = prepare_device()
     info = device_info()

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from tflabench.bench.nvml import NvmlSampler
 from tflabench.bench.registry import CheckResult, KernelSpec
 from tflabench.core import SweepPoint
+from tflabench.nvml import NvmlSampler
 
 CUDA = "cuda"
 CPU_INTERPRETER = "cpu-interpreter"

@@ -37,18 +37,25 @@ def _text(value: Any) -> str:
 
 
 def device_info() -> dict[str, str]:
-    """Name, driver and CUDA driver version of this process's GPU; empty without NVML or GPU."""
+    """Name, driver and CUDA driver version of this process's GPU, and its serial number and UUID where
+    NVML gives them (which physical GPU measured); empty without NVML or GPU."""
     pynvml = _nvml()
     if pynvml is None:
         return {}
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(_visible_index())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        return {
+        info = {
             "name": _text(pynvml.nvmlDeviceGetName(handle)),
             "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
             "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
         }
+        for key, query in (("serial", pynvml.nvmlDeviceGetSerial), ("uuid", pynvml.nvmlDeviceGetUUID)):
+            try:
+                info[key] = _text(query(handle))
+            except Exception:  # not reported on every board
+                continue
+        return info
     except Exception:
         return {}
     finally:
