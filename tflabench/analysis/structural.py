@@ -182,8 +182,9 @@ class Rates:
     def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float,
                  streamed: int = 2) -> float:
         """Per-SM FLOP/s of a [M, K] x [K, N] tile product: the calibrated shape nearest in log2 (M, N, K)
-        (the same warp count preferred; of equally near ones the first in the calibration), its rate with both operands loaded every time, or with ``streamed``
-        1 its rate with the left operand on chip (calibrations without that figure: the first)."""
+        (the same warp count preferred; of equally near ones the first in the calibration), its rate with
+        both operands loaded every time, or with ``streamed`` 1 its rate with the left operand on chip
+        (calibrations without that figure: the first)."""
 
         def distance(dot: dict) -> tuple[float, int]:
             return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
