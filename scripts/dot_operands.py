@@ -15,31 +15,12 @@ import json
 import sys
 
 import torch
-import triton
-import triton.language as tl
 
 from tflabench.analysis import calibrate_blocks
 
 #: operand placements: (name, left operand loaded once, right operand loaded once)
 PLACEMENTS = (("streamed", False, False), ("a_resident", True, False), ("resident", True, True))
 SLOTS = 64
-
-
-@triton.jit
-def _placed_dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS, M: tl.constexpr, N: tl.constexpr,
-                       K: tl.constexpr, A_ONCE: tl.constexpr, B_ONCE: tl.constexpr):
-    """acc[M, N] += a @ b ITERS times over the slot tiles of a [SLOTS, M, K] and b [SLOTS, K, N]; an
-    operand marked ONCE is loaded before the loop. Writes the sum of acc to out[pid]."""
-    pid = tl.program_id(0)
-    acc = tl.zeros([M, N], dtype=tl.float32)
-    a_first = calibrate_blocks._slot_tile(a_ptr, pid % SLOTS, M, K)
-    b_first = calibrate_blocks._slot_tile(b_ptr, pid % SLOTS, K, N)
-    for it in tl.range(0, ITERS, num_stages=2):
-        slot = (pid + it) % SLOTS
-        a = a_first if A_ONCE else calibrate_blocks._slot_tile(a_ptr, slot, M, K)
-        b = b_first if B_ONCE else calibrate_blocks._slot_tile(b_ptr, slot, K, N)
-        acc = tl.dot(a, b, acc)
-    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
 
 
 def measure(sizes: calibrate_blocks.BlockSizes) -> list[dict]:
@@ -55,8 +36,9 @@ def measure(sizes: calibrate_blocks.BlockSizes) -> list[dict]:
         row = {"m": m, "n": n, "k": k, "num_warps": warps}
         for name, a_once, b_once in PLACEMENTS:
             for grid, programs in grids.items():
-                launch = functools.partial(_placed_dot_kernel[(programs,)], a, b, out, sizes.dot_iters, SLOTS,
-                                           M=m, N=n, K=k, A_ONCE=a_once, B_ONCE=b_once, num_warps=warps)
+                launch = functools.partial(calibrate_blocks._dot_kernel[(programs,)], a, b, out,
+                                           sizes.dot_iters, SLOTS, M=m, N=n, K=k, NUM_STAGES=sizes.dot_stages,
+                                           A_RESIDENT=a_once, B_RESIDENT=b_once, num_warps=warps)
                 row[f"{name}_{grid}"] = 2 * m * n * k * sizes.dot_iters * programs / timer(launch)
         rows.append(row)
         print(m, n, k, warps, " ".join(f"{key} {value / 1e12:.0f}" for key, value in row.items()

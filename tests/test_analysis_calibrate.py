@@ -65,21 +65,22 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert blocks["seconds"] > 0
 
 
-@pytest.mark.parametrize("a_resident", [False, True])
-def test_the_dot_benchmark_accumulates_the_products_of_its_slots(a_resident):
+@pytest.mark.parametrize("a_resident, b_resident", [(False, False), (True, False), (True, True)])
+def test_the_dot_benchmark_accumulates_the_products_of_its_slots(a_resident, b_resident):
     """`_dot_kernel`: program p's accumulator is the sum over its iterations of a[s] @ b[s],
-    s = (p + it) mod SLOTS, with a[p mod SLOTS] in every product where A_RESIDENT; against float64."""
+    s = (p + it) mod SLOTS, with a[p mod SLOTS] (b[p mod SLOTS]) in every product where A_RESIDENT
+    (B_RESIDENT); against float64."""
     slots, m, n, k, iters, programs = 3, 16, 32, 16, 5, 2
     gen = torch.Generator().manual_seed(3)
     a, b = torch.randn(slots, m, k, generator=gen), torch.randn(slots, k, n, generator=gen)
     out = torch.empty(programs)
     calibrate_blocks._dot_kernel[(programs,)](a, b, out, iters, slots, M=m, N=n, K=k, NUM_STAGES=1,
-                                              A_RESIDENT=a_resident)
+                                              A_RESIDENT=a_resident, B_RESIDENT=b_resident)
     a64, b64 = a.double(), b.double()
 
     def product(p, it):
         slot = (p + it) % slots
-        return (a64[p % slots if a_resident else slot] @ b64[slot]).sum()
+        return (a64[p % slots if a_resident else slot] @ b64[p % slots if b_resident else slot]).sum()
 
     expected = [sum(product(p, it) for it in range(iters)) for p in range(programs)]
     assert torch.allclose(out.double(), torch.tensor(expected), rtol=1e-4)

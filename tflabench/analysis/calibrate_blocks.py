@@ -178,18 +178,21 @@ def _slot_tile(ptr, slot, ROWS: tl.constexpr, COLS: tl.constexpr):
 @triton.jit
 def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
                 M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, NUM_STAGES: tl.constexpr,
-                A_RESIDENT: tl.constexpr):
+                A_RESIDENT: tl.constexpr, B_RESIDENT: tl.constexpr = False):
     """acc[M, N] += a[M, K] @ b[K, N] ITERS times, the operands loaded each iteration from one of SLOTS
-    tile slots (a [SLOTS, M, K], b [SLOTS, K, N], L2-resident); with A_RESIDENT, a loaded once before the
-    loop and b each iteration (a product whose left operand stays on chip: a query block, a score tile).
+    tile slots (a [SLOTS, M, K], b [SLOTS, K, N], L2-resident); an operand marked RESIDENT is loaded once
+    before the loop instead (A_RESIDENT: a product whose left operand stays on chip, a query block or a
+    score tile; B_RESIDENT, both with it: the tensor cores alone, `scripts/dot_operands.py`).
     Writes the sum of acc to out[pid]."""
     pid = tl.program_id(0)
     acc = tl.zeros([M, N], dtype=tl.float32)
-    resident = _slot_tile(a_ptr, pid % SLOTS, M, K)
+    a_first = _slot_tile(a_ptr, pid % SLOTS, M, K)
+    b_first = _slot_tile(b_ptr, pid % SLOTS, K, N)
     for it in tl.range(0, ITERS, num_stages=NUM_STAGES):
         slot = (pid + it) % SLOTS
-        a = resident if A_RESIDENT else _slot_tile(a_ptr, slot, M, K)
-        acc = tl.dot(a, _slot_tile(b_ptr, slot, K, N), acc)
+        a = a_first if A_RESIDENT else _slot_tile(a_ptr, slot, M, K)
+        b = b_first if B_RESIDENT else _slot_tile(b_ptr, slot, K, N)
+        acc = tl.dot(a, b, acc)
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
 
 
