@@ -490,9 +490,10 @@ def calibrate(
     with NvmlSampler(interval_s=CALIBRATION_SAMPLE_INTERVAL_S) as sampler:
         measured = measure_ceilings(matmul_size, copy_mib * 2**20, repeats)
         block_figures = _measure_blocks() if blocks else None
-    provenance = _provenance() | {"gpu": device_info() | sampler.summary()}
-    path = (hardware.save_measured_ceilings(device.key, measured, block_figures, provenance)
-            if save else None)
+    path = None
+    if save:
+        provenance = _provenance(sampler.summary())
+        path = hardware.save_measured_ceilings(device.key, measured, block_figures, provenance)
     datasheet = hardware.datasheet_ceilings(device)
     if as_json:
         _echo_json(
@@ -531,12 +532,14 @@ def calibrate(
     console.print(f"stored in {path}" if path else "not stored (--no-save)")
 
 
-def _provenance() -> dict:
-    """Where a calibration comes from: the checkout's commit, the software versions, the command line (the
-    caller adds the GPU: which one, and its clocks during the calibration)."""
+def _provenance(clocks: dict) -> dict:
+    """Where a calibration comes from: the checkout's commit, the software versions, the command line, the
+    GPU (NVML's name, serial, UUID, driver) with ``clocks``, its clocks during the calibration
+    (`NvmlSampler.summary`)."""
     from tflabench.provenance import command_line, git_state, software_versions
 
-    return {"git": git_state(), "versions": software_versions([]), "command": command_line()}
+    return {"git": git_state(), "versions": software_versions([]), "command": command_line(),
+            "gpu": device_info() | clocks}
 
 
 def _measure_blocks() -> dict:

@@ -228,7 +228,7 @@ def load_calibration_blocks(gpu_key: str) -> dict | None:
 def save_measured_ceilings(gpu_key: str, ceilings: Ceilings, blocks: dict | None = None,
                            provenance: dict | None = None) -> Path:
     """Store measured bf16 ceilings (and the building-block figures, when measured, and the provenance:
-    commit, software versions, command) as JSON; returns the file written."""
+    commit, software versions, command, the GPU and its clocks) as JSON; returns the file written."""
     path = _calibration_path(gpu_key)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
