@@ -586,7 +586,9 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
 def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> Launch:
     """`chunk_dq_kernel`, `chunk_dk_kernel` or `chunk_dv_kernel`: per chunk (head-dim blocks of the
     gradient) x (L / row tile) programs; the intra-chunk part over the tiles on one side of the diagonal
-    (the row tile stays on chip where the other head dim is one block, and the score tile does), the
+    (where the other head dim is one block the row tile is loaded again for every partner tile from the
+    same address, an L2 hit, and the product is priced at the rate with the left operand loaded once, as
+    the one with the score tile on chip is; the held-out run `holdout-operands` decided both), the
     inter-chunk part over the other head dim in blocks."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
