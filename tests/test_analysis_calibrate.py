@@ -49,14 +49,15 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     rates = {f"{prefix}{grid}flops_per_s" for prefix in ("", "a_resident_") for grid in ("", "one_per_sm_")}
     assert all(set(dot) == {"m", "n", "k", "num_warps"} | rates for dot in blocks["dot"])
     assert all(dot[rate] > 0 for dot in blocks["dot"] for rate in rates)
-    pointwise = {f"{name}{grid}_elements_per_s" for name in ("exp", "fma", "row_reduce")
+    pointwise = {f"{name}{grid}_elements_per_s" for name in ("exp", "fma", "row_reduce", "row_sum")
                  for grid in ("", "_one_per_sm")}
     assert set(blocks["pointwise"]) == pointwise
     assert all(rate > 0 for rate in blocks["pointwise"].values())
-    patterns = {f"{pattern}_{direction}" for pattern in ("token", "state") for direction in ("read", "write")}
-    patterns |= {"token_read_one_per_sm", "l2_read"}
+    patterns = {f"{pattern}_{direction}" for pattern in ("token", "token_masked", "state")
+                for direction in ("read", "write")}
+    patterns |= {"token_read_one_per_sm", "token_masked_read_one_per_sm", "l2_read"}
     assert set(blocks["memory"]) == {f"{pattern}_bytes_per_s" for pattern in patterns}
-    assert set(blocks["memory_patterns"]) == {"token", "state"}
+    assert set(blocks["memory_patterns"]) == {"token", "token_masked", "state"}
     assert set(blocks["launch"]) == {"launch_s", "program_s"}
     assert set(blocks["spills"]) == {"local_bytes_per_s", "spill_bytes_per_thread", "spill_seconds"}
     assert [(walk["kind"], walk["l"], walk["dqk"], walk["dv"]) for walk in blocks["walk"]] == [
@@ -84,6 +85,35 @@ def test_the_dot_benchmark_accumulates_the_products_of_its_slots(a_resident, b_r
 
     expected = [sum(product(p, it) for it in range(iters)) for p in range(programs)]
     assert torch.allclose(out.double(), torch.tensor(expected), rtol=1e-4)
+
+
+@pytest.mark.parametrize("head_dim", [16, 12])
+def test_the_token_stream_reads_and_writes_only_the_columns_of_its_head_dim(head_dim):
+    """`_tile_stream_kernel` over the token pattern ([rows, 16] tiles, the columns past a head dim of 12
+    masked): program p sums exactly the tiles of its (batch, head) stream (against float64), the byte count
+    is that of the existing columns, and stores leave every other element as it was."""
+    sizes = calibrate_blocks.BlockSizes.tiny()
+    pattern = calibrate_blocks._token_pattern(sizes, 4, head_dim=head_dim)
+    assert (pattern.cols, pattern.row_elements) == (16, head_dim)
+    batch, heads = pattern.outer, pattern.inner
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(batch, pattern.tiles * pattern.rows, heads, head_dim, generator=gen)
+    sums = torch.empty(pattern.programs)
+    calibrate_blocks._tile_stream_kernel[(pattern.programs,)](
+        x, x, sums, pattern.tiles, pattern.inner, pattern.outer_stride, pattern.inner_stride,
+        pattern.col_blocks, pattern.row_stride, pattern.tile_stride, ROWS=pattern.rows, COLS=pattern.cols,
+        DIM=pattern.row_elements, WRITE=False)
+    expected = x.double().sum(dim=(1, 3)).flatten()
+    assert torch.allclose(sums.double(), expected, rtol=1e-5, atol=1e-5)
+    assert pattern.elements == x.numel()
+    padded = torch.randn(x.numel() + pattern.cols, generator=gen)
+    before = padded.clone()
+    calibrate_blocks._tile_stream_kernel[(pattern.programs,)](
+        padded, padded, sums, pattern.tiles, pattern.inner, pattern.outer_stride, pattern.inner_stride,
+        pattern.col_blocks, pattern.row_stride, pattern.tile_stride, ROWS=pattern.rows, COLS=pattern.cols,
+        DIM=pattern.row_elements, WRITE=True)
+    written = padded[:x.numel()] == 0
+    assert written.all() and torch.equal(padded[x.numel():], before[x.numel():])
 
 
 def _walk_reference(kind, q, k, v, gate, steps):

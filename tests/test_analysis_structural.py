@@ -303,8 +303,9 @@ def test_a_stale_reference_entry_falls_back_to_the_rule(monkeypatch):
 
 def test_new_calibration_figures_are_used_and_their_absence_keeps_todays_rule(rates):
     """The row reductions of mLSTMexp's online max (tiling out-online-max) are timed only with
-    ``row_reduce_elements_per_s``; spill traffic hits the cache at ``spills.local_bytes_per_s`` when the
-    calibration has it, else at the L2 load rate."""
+    ``row_reduce_elements_per_s``, the row sums of its normalizer with the prefix max (the default; none in
+    mLSTMsig) only with ``row_sum_elements_per_s``; spill traffic hits the cache at
+    ``spills.local_bytes_per_s`` when the calibration has it, else at the L2 load rate."""
     exp = structural.Problem(8, 8192, 16, 128, 256, variant="exp")
     assert "row_reduce_elements_per_s" not in rates.blocks["pointwise"]
     output = _launch(exp, "xl_chunk", 128, "output", "out-online-max")
@@ -312,6 +313,14 @@ def test_new_calibration_figures_are_used_and_their_absence_keeps_todays_rule(ra
     blocks = json.loads(json.dumps(rates.blocks))
     blocks["pointwise"]["row_reduce_elements_per_s"] = blocks["pointwise"]["fma_elements_per_s"] / 4
     assert structural.launch_time(output, structural.Rates(blocks)).compute_s > before
+    prefix_max = _launch(exp, "xl_chunk", 128, "output")  # the default: the normalizer's row sum alone
+    sig = _launch(FIG4, "xl_chunk", 128, "output")
+    assert prefix_max.row_sums == output.reductions > 0 == prefix_max.reductions == sig.row_sums
+    before = [structural.launch_time(launch, rates).compute_s for launch in (prefix_max, sig)]
+    blocks["pointwise"]["row_sum_elements_per_s"] = blocks["pointwise"]["fma_elements_per_s"] / 4
+    after = [structural.launch_time(launch, structural.Rates(blocks)).compute_s
+             for launch in (prefix_max, sig)]
+    assert after[0] > before[0] and after[1] == before[1]
     launch = structural.Launch("fused", 1000, 8, 2, 64 * 64, 32 * 1024, kernel="k", loop_trips=10)
     launch.compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800,
                        "loop_local_bytes": 1000}
@@ -680,6 +689,33 @@ def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeyp
     shared = structural.launch_time(states, rates)
     monkeypatch.setattr(structural, "active_sms", lambda launch, rates: rates.sm_count)
     assert shared.memory_s < structural.launch_time(states, rates).memory_s
+
+
+@pytest.mark.parametrize("algorithm", ["xl_chunk", "reference"])
+def test_masked_tiles_take_the_calibrated_masked_token_rates(algorithm, tmp_path, monkeypatch):
+    """At 24 x 96/96 the recurrences, output and gradient launches (ours' masked 128-wide blocks, the
+    reference's masked 64-wide ones) are masked and at 32 x 128/128 none is; with a calibration whose
+    masked-token figures are half the token ones (the fixture has none: unchanged) the masked launches'
+    memory time grows and the unmasked ones' does not."""
+    masked_problem = structural.Problem(16, 4096, 24, 96, 96, mode="fwdbw")
+    plain_problem = structural.Problem(16, 4096, 32, 128, 128, mode="fwdbw")
+    masked = [launch for launch in structural.launches(masked_problem, algorithm, 128) if launch.stage_bytes]
+    plain = [launch for launch in structural.launches(plain_problem, algorithm, 128) if launch.stage_bytes]
+    assert {launch.name for launch in masked if launch.masked} >= {"states", "output", "dQ", "dK", "dV"}
+    assert not any(launch.masked for launch in plain)
+    before = [structural.launch_time(launch, structural.load_rates("h100-sxm")) for launch in masked + plain]
+    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
+    memory = calibration["blocks"]["memory"]
+    memory |= {f"token_masked_{name}_bytes_per_s": memory[f"token_{name}_bytes_per_s"] / 2
+               for name in ("read", "write", "read_one_per_sm")}
+    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
+    after = [structural.launch_time(launch, structural.load_rates("h100-sxm")) for launch in masked + plain]
+    for launch, old, new in zip(masked + plain, before, after, strict=True):
+        if launch.masked:
+            assert new.memory_s > 1.5 * old.memory_s, launch.name
+        else:
+            assert new.memory_s == old.memory_s, launch.name
 
 
 def test_the_reference_covers_head_dims_its_blocks_do_not_divide():

@@ -6,12 +6,16 @@ the whole GPU busy (aggregate rates, all SMs):
 * ``dot``: `tl.dot` FLOP/s at the tile shapes the kernels use, [M, K] x [K, N] with fp32 accumulation, the
   operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops;
 * ``pointwise``: fp32 element rates of the gate arithmetic on a tile: ``exp`` (with two multiply-adds, the
-  shape of the gate matrix exp(b_i - b_j + ig_j)), plain multiply-add (the rescaling of tiles) and
+  shape of the gate matrix exp(b_i - b_j + ig_j)), plain multiply-add (the rescaling of tiles),
   ``row_reduce`` (a row max and a row sum with the subtraction and multiply-add that use them, what the
-  mLSTMexp kernels add per score);
+  mLSTMexp kernels with an online max add per score) and ``row_sum`` (a row sum and its multiply-add: the
+  normalizer's sum over the scores, where the max comes from the gates' prefix max);
 * ``memory``: load and store bandwidth of the access patterns of the kernels: token tiles [rows, head dim]
-  of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes) and the [Dqk, Dv] state tiles of
-  a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads); ``local``: the
+  of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes), the same with a head dim that
+  is not a power of two read in masked power-of-two tiles (``token_masked``: [rows, 128] tiles of a
+  [B, T, H, 96] tensor, the columns past 96 masked, as the kernels' masked head-dim blocks load them) and
+  the [Dqk, Dv] state tiles of a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's
+  loads); ``local``: the
   local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
 * ``walk``: seconds per step of one program per SM walking a sequence of tiles in order with a state
   carried from step to step, as the chunk-recurrent kernels do (the TFLA state recurrence; the fused
@@ -96,6 +100,7 @@ class BlockSizes:
     stream_bytes: int = 2**30
     token_shape: tuple[int, int] = (16, 128)  # (heads, head dim) of the token-tile pattern
     token_tile_rows: int = 64
+    masked_head_dim: int = 96  # head dim of the masked token pattern, read in tiles of its next power of two
     state_shape: tuple[int, int] = (128, 256)  # (Dqk, Dv) of the state-tile pattern
     state_tile: tuple[int, int] = (64, 128)
     launch_programs: int = 2**16
@@ -110,9 +115,9 @@ class BlockSizes:
                    dot_stages=1, walk_shapes=(("state", 16, 16, 32, 4, 1), ("fused", 16, 16, 32, 4, 1),
                                                 ("fused_exp", 16, 16, 32, 4, 1)),
                    walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
-                   spill_iters=2, programs_per_sm=1,
-                   stream_bytes=2**14, token_shape=(2, 16), token_tile_rows=16, state_shape=(16, 32),
-                   state_tile=(16, 16), launch_programs=4, burst=2, repeats=1, device="cpu")
+                   spill_iters=2, programs_per_sm=1, stream_bytes=2**14, token_shape=(2, 16),
+                   token_tile_rows=16, masked_head_dim=12, state_shape=(16, 32), state_tile=(16, 16),
+                   launch_programs=4, burst=2, repeats=1, device="cpu")
 
 
 @dataclass(frozen=True)
@@ -257,13 +262,17 @@ def _pointwise_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.conste
 
 
 @triton.jit
-def _row_reduce_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """ITERS rounds of x <- (x - rowmax(x)) * 0.5 + rowsum(x) * 2^-10 on an fp32 [ROWS, COLS] tile."""
+def _row_reduce_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr, MAX: tl.constexpr):
+    """ITERS rounds of x <- (x - rowmax(x)) * 0.5 + rowsum(x) * 2^-10 (MAX) or x <- x * 0.5 + rowsum(x) *
+    2^-10 on an fp32 [ROWS, COLS] tile."""
     pid = tl.program_id(0)
     offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     x = tl.load(x_ptr + offs)
     for _ in range(ITERS):
-        x = (x - tl.max(x, 1)[:, None]) * 0.5 + tl.sum(x, 1)[:, None] * 0.0009765625
+        if MAX:
+            x = (x - tl.max(x, 1)[:, None]) * 0.5 + tl.sum(x, 1)[:, None] * 0.0009765625
+        else:
+            x = x * 0.5 + tl.sum(x, 1)[:, None] * 0.0009765625
     tl.store(out_ptr + pid * ROWS * COLS + offs, x)
 
 
@@ -282,21 +291,24 @@ def _spill_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr)
 @triton.jit
 def _tile_stream_kernel(src_ptr, dst_ptr, sums_ptr, TILES, INNER, OUTER_STRIDE, INNER_STRIDE, COL_BLOCKS,
                         ROW_STRIDE, TILE_STRIDE,
-                        ROWS: tl.constexpr, COLS: tl.constexpr, WRITE: tl.constexpr):
+                        ROWS: tl.constexpr, COLS: tl.constexpr, DIM: tl.constexpr, WRITE: tl.constexpr):
     """One program per (stream, column block), the column block fastest; stream s starts at
     (s // INNER) * OUTER_STRIDE + (s % INNER) * INNER_STRIDE. Walks TILES tiles [ROWS, COLS] (rows ROW_STRIDE
-    apart, tiles TILE_STRIDE apart): loads them (sum to sums[pid]) or, with WRITE, stores them to dst."""
+    apart, tiles TILE_STRIDE apart) of rows of DIM columns, the columns past DIM masked as the kernels mask
+    them (`triton_fwd.load_cols`, `store_cols`; no mask where COLS divides DIM): loads them (sum to
+    sums[pid]) or, with WRITE, stores them to dst."""
     pid = tl.program_id(0)
     stream = (pid // COL_BLOCKS).to(tl.int64)
-    base = (stream // INNER) * OUTER_STRIDE + (stream % INNER) * INNER_STRIDE + (pid % COL_BLOCKS) * COLS
-    offs = tl.arange(0, ROWS)[:, None] * ROW_STRIDE + tl.arange(0, COLS)[None, :]
+    cols = (pid % COL_BLOCKS) * COLS + tl.arange(0, COLS)
+    base = (stream // INNER) * OUTER_STRIDE + (stream % INNER) * INNER_STRIDE
+    offs = tl.arange(0, ROWS)[:, None] * ROW_STRIDE + cols[None, :]
     acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
     for tile in range(0, TILES):
         ptrs = base + tile * TILE_STRIDE + offs
         if WRITE:
-            tl.store(dst_ptr + ptrs, acc.to(dst_ptr.dtype.element_ty))
+            triton_fwd.store_cols(dst_ptr + ptrs, acc.to(dst_ptr.dtype.element_ty), cols, DIM, COLS)
         else:
-            acc += tl.load(src_ptr + ptrs).to(tl.float32)
+            acc += triton_fwd.load_cols(src_ptr + ptrs, cols, DIM, COLS).to(tl.float32)
     if not WRITE:
         tl.store(sums_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
 
@@ -386,7 +398,8 @@ def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:
 
 def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
     """fp32 elements per second (whole GPU) of an exp with two multiply-adds (``exp``), of one multiply-add
-    (``fma``) and of a row max and row sum with their subtraction and multiply-add (``row_reduce``), each
+    (``fma``), of a row max and row sum with their subtraction and multiply-add (``row_reduce``) and of a row
+    sum with its multiply-add (``row_sum``), each
     as ``<name>_elements_per_s`` with `sizes.programs_per_sm` programs per SM and as
     ``<name>_one_per_sm_elements_per_s`` with one program per SM (4 warps: one per scheduler, nothing to
     hide a dependent instruction's latency, as in a kernel whose programs do not fill the GPU)."""
@@ -399,7 +412,9 @@ def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) ->
         "fma": lambda grid: _pointwise_kernel[(grid,)](x, out, sizes.pointwise_iters, ROWS=rows, COLS=cols,
                                                        EXP=False),
         "row_reduce": lambda grid: _row_reduce_kernel[(grid,)](x, out, sizes.pointwise_iters, ROWS=rows,
-                                                               COLS=cols),
+                                                               COLS=cols, MAX=True),
+        "row_sum": lambda grid: _row_reduce_kernel[(grid,)](x, out, sizes.pointwise_iters, ROWS=rows,
+                                                            COLS=cols, MAX=False),
     }
     rates = {}
     for name, kernel in kernels.items():
@@ -434,7 +449,8 @@ def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> di
 
 @dataclass(frozen=True)
 class _StreamPattern:
-    """A tile walk of `_tile_stream_kernel`: streams = outer * inner, col_blocks, tiles per stream."""
+    """A tile walk of `_tile_stream_kernel`: streams = outer * inner, col_blocks, tiles per stream; rows of
+    ``dim`` columns (0: col_blocks * cols, no mask), the columns past them masked."""
 
     outer: int
     inner: int
@@ -446,25 +462,35 @@ class _StreamPattern:
     rows: int
     cols: int
     tiles: int
+    dim: int = 0
 
     @property
     def programs(self) -> int:
         return self.outer * self.inner * self.col_blocks
 
     @property
+    def row_elements(self) -> int:
+        """Columns of a row that exist (the masked ones are not moved)."""
+        return self.dim or self.col_blocks * self.cols
+
+    @property
     def elements(self) -> int:
-        return self.programs * self.tiles * self.rows * self.cols
+        """Elements moved: every stream's tiles, the existing columns of their rows."""
+        return self.outer * self.inner * self.tiles * self.rows * self.row_elements
 
 
-def _token_pattern(sizes: BlockSizes, element_bytes: int, max_seq_len: int = 8192) -> _StreamPattern:
-    """Token tiles [rows, D] of a [B, T, H, D] tensor, one stream per (batch, head), T <= max_seq_len."""
-    heads, dim = sizes.token_shape
+def _token_pattern(sizes: BlockSizes, element_bytes: int, max_seq_len: int = 8192,
+                   head_dim: int | None = None) -> _StreamPattern:
+    """Token tiles [rows, next_pow2(D)] of a [B, T, H, D] tensor (D: ``head_dim``, by default the
+    `BlockSizes.token_shape` one; the columns past D masked), one stream per (batch, head), T <=
+    max_seq_len."""
+    heads, dim = sizes.token_shape[0], head_dim or sizes.token_shape[1]
     seq_len = min(max_seq_len, sizes.stream_bytes // (element_bytes * heads * dim))
     batch = max(1, sizes.stream_bytes // (element_bytes * seq_len * heads * dim))
     rows = sizes.token_tile_rows
     return _StreamPattern(outer=batch, inner=heads, outer_stride=seq_len * heads * dim, inner_stride=dim,
                           col_blocks=1, row_stride=heads * dim, tile_stride=rows * heads * dim, rows=rows,
-                          cols=dim, tiles=seq_len // rows)
+                          cols=triton.next_power_of_2(dim), tiles=seq_len // rows, dim=dim)
 
 
 def _l2_pattern(sizes: BlockSizes, element_bytes: int, limits: DeviceLimits) -> _StreamPattern:
@@ -494,37 +520,60 @@ def _stream_seconds(pattern: _StreamPattern, programs: int, write: bool, buffer,
     p = pattern
     return timer(lambda: _tile_stream_kernel[(programs,)](
         buffer, buffer, sums, p.tiles, p.inner, p.outer_stride, p.inner_stride, p.col_blocks, p.row_stride,
-        p.tile_stride, ROWS=p.rows, COLS=p.cols, WRITE=write))
+        p.tile_stride, ROWS=p.rows, COLS=p.cols, DIM=p.row_elements, WRITE=write))
+
+
+def _pattern_buffer(pattern: _StreamPattern, sizes: BlockSizes) -> torch.Tensor:
+    return torch.zeros(pattern.outer * pattern.outer_stride, device=sizes.device, dtype=sizes.dtype)
+
+
+def _read_write_rates(name: str, pattern: _StreamPattern, sizes: BlockSizes, timer: _Timer) -> dict:
+    """``{name}_read_bytes_per_s`` and ``{name}_write_bytes_per_s`` of a pattern, every program launched."""
+    buffer, element_bytes = _pattern_buffer(pattern, sizes), torch.empty(0, dtype=sizes.dtype).element_size()
+    rates = {}
+    for direction, write in (("read", False), ("write", True)):
+        seconds = _stream_seconds(pattern, pattern.programs, write, buffer, timer)
+        rates[f"{name}_{direction}_bytes_per_s"] = pattern.elements * element_bytes / seconds
+    return rates
+
+
+def _one_per_sm_read_rate(pattern: _StreamPattern, sizes: BlockSizes, limits: DeviceLimits,
+                          timer: _Timer) -> float:
+    """Bytes per second of a pattern's loads with one program per SM (its first streams)."""
+    element_bytes = torch.empty(0, dtype=sizes.dtype).element_size()
+    one_per_sm = min(pattern.programs, _grid_programs(sizes, limits)[1])
+    seconds = _stream_seconds(pattern, one_per_sm, False, _pattern_buffer(pattern, sizes), timer)
+    return pattern.elements // pattern.programs * one_per_sm * element_bytes / seconds
 
 
 def measure_memory(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
     """Bandwidth in B/s (bytes moved / time, whole GPU) of the token-tile and state-tile patterns, loads and
     stores, every program of the pattern launched; ``token_read_one_per_sm``: token loads with one program
-    per SM; ``l2_read``: token loads that hit L2."""
+    per SM; ``l2_read``: token loads that hit L2; ``token_masked``: the token pattern at
+    `BlockSizes.masked_head_dim` in masked tiles, loads and stores and loads with one program per SM (bytes
+    of the existing columns)."""
     element_bytes = torch.empty(0, dtype=sizes.dtype).element_size()
     token = _token_pattern(sizes, element_bytes)
-    rates = {}
-    for name, pattern in (("token", token), ("state", _state_pattern(sizes, element_bytes))):
-        buffer = torch.zeros(pattern.outer * pattern.outer_stride, device=sizes.device, dtype=sizes.dtype)
-        for direction, write in (("read", False), ("write", True)):
-            seconds = _stream_seconds(pattern, pattern.programs, write, buffer, timer)
-            rates[f"{name}_{direction}_bytes_per_s"] = pattern.elements * element_bytes / seconds
-    buffer = torch.zeros(token.outer * token.outer_stride, device=sizes.device, dtype=sizes.dtype)
-    one_per_sm = min(token.programs, _grid_programs(sizes, limits)[1])
-    seconds = _stream_seconds(token, one_per_sm, False, buffer, timer)
-    one_per_sm_bytes = token.elements // token.programs * one_per_sm * element_bytes
-    rates["token_read_one_per_sm_bytes_per_s"] = one_per_sm_bytes / seconds
+    rates = _read_write_rates("token", token, sizes, timer)
+    rates |= _read_write_rates("state", _state_pattern(sizes, element_bytes), sizes, timer)
+    rates["token_read_one_per_sm_bytes_per_s"] = _one_per_sm_read_rate(token, sizes, limits, timer)
     l2 = _l2_pattern(sizes, element_bytes, limits)
-    seconds = _stream_seconds(l2, l2.programs, False, buffer, timer)
+    seconds = _stream_seconds(l2, l2.programs, False, _pattern_buffer(token, sizes), timer)
     rates["l2_read_bytes_per_s"] = l2.elements * element_bytes / seconds
+    masked = _token_pattern(sizes, element_bytes, head_dim=sizes.masked_head_dim)
+    rates |= _read_write_rates("token_masked", masked, sizes, timer)
+    rates["token_masked_read_one_per_sm_bytes_per_s"] = _one_per_sm_read_rate(masked, sizes, limits, timer)
     return rates
 
 
 def memory_patterns(sizes: BlockSizes) -> dict:
     """What `measure_memory` timed, in words (stored beside its figures)."""
     heads, dim = sizes.token_shape
+    masked, masked_cols = sizes.masked_head_dim, triton.next_power_of_2(sizes.masked_head_dim)
     return {
         "token": f"[{sizes.token_tile_rows}, {dim}] tiles of [B, T, {heads}, {dim}] {sizes.dtype}",
+        "token_masked": f"[{sizes.token_tile_rows}, {masked_cols}] tiles of [B, T, {heads}, {masked}] "
+                        f"{sizes.dtype}, the columns past {masked} masked",
         "state": "[{}, {}] tiles of [B*H, NC, {}, {}] {}".format(*sizes.state_tile, *sizes.state_shape,
                                                                sizes.dtype),
     }

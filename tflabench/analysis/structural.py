@@ -9,7 +9,8 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
     compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded) + exp / exp_rate
                    + fma / fma_rate
-                   [+ reductions / row_reduce_rate, mLSTMexp, with a calibration that has it]
+                   [+ reductions / row_reduce_rate + row_sums / row_sum_rate, mLSTMexp, with a
+                    calibration that has them]
                    + spills)
     spills  = spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate)
               / max(1, c x warps / 4)   (the warps each of the SM's four schedulers switches between)
@@ -19,7 +20,8 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
 
 hbm_rate = min(full-grid rate / A, one-program-per-SM rate / S x c x stage bytes / READ_IN_FLIGHT_BYTES) per
 SM, A = min(P, S) the SMs that have programs (Little's law: the loads one step of the c programs issues
-against those of the calibration's one program), and store_rate the full-grid store rate / A;
+against those of the calibration's one program), and store_rate the full-grid store rate / A; both the
+calibration's masked-token figures for a launch whose head-dim blocks leave masked tiles (`masked_blocks`);
 
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
@@ -110,7 +112,8 @@ class Problem:
 @dataclass
 class Launch:
     """One kernel launch: `programs` programs, each doing `dots` ({(M, N, K, streamed): count}, `dot`), `exp`
-    and `fma` fp32 elements, `reductions` fp32 score elements under a row max and row sum (mLSTMexp),
+    and `fma` fp32 elements, `reductions` fp32 score elements under a row max and row sum (mLSTMexp's online
+    max), `row_sums` under a row sum alone (mLSTMexp's normalizer where the max is the gates' prefix max),
     `l2_bytes` of loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores `store_bytes`
     (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and stage_bytes (shared
     memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton function) finds its
@@ -120,7 +123,8 @@ class Launch:
     the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`: the independent accumulator
     chains of tile products a program interleaves; the calibration times one chain per program, and c
     programs of n chains each get the product rate of c x n programs (results/h100/dot-chains/: two chains
-    1.17-1.37x one)."""
+    1.17-1.37x one). `masked`: its head-dim blocks do not divide the head dims, so its token tiles are
+    loaded and stored with a column mask (`masked_blocks`), at the calibration's masked-token rates."""
 
     name: str
     programs: int
@@ -132,6 +136,7 @@ class Launch:
     exp: float = 0.0
     fma: float = 0.0
     reductions: float = 0.0
+    row_sums: float = 0.0
     l2_bytes: float = 0.0
     hbm_bytes: float = 0.0
     store_bytes: float = 0.0
@@ -141,6 +146,7 @@ class Launch:
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
+    masked: bool = False
 
     def dot(self, m: int, n: int, k: int, count: float, streamed: int = 2) -> None:
         """``count`` products [M, K] x [K, N] per program, ``streamed`` of their two operands loaded from
@@ -205,13 +211,21 @@ class Rates:
     def memory(self, name: str) -> float:
         return float(self.blocks["memory"][f"{name}_bytes_per_s"])
 
-    def hbm_read(self, in_flight_bytes: float, active_sms: int | None = None) -> float:
+    def token_pattern(self, masked: bool) -> str:
+        """The calibrated token-tile pattern of a launch's loads and stores: ``token_masked`` for a launch
+        with masked tiles where the calibration times it, else ``token``."""
+        timed = "token_masked_read_bytes_per_s" in self.blocks["memory"]
+        return "token_masked" if masked and timed else "token"
+
+    def hbm_read(self, in_flight_bytes: float, active_sms: int | None = None, masked: bool = False) -> float:
         """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM. Little's law:
         at a fixed latency the rate grows with the bytes in flight, up to the SM's share of the full-grid
         figure among the ``active_sms`` SMs that have programs (all by default); the calibration's
-        one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`."""
-        full = self.memory("token_read") / min(active_sms or self.sm_count, self.sm_count)
-        one = self.memory("token_read_one_per_sm") / self.sm_count
+        one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`. ``masked``: the
+        figures of the masked token tiles (`token_pattern`)."""
+        pattern = self.token_pattern(masked)
+        full = self.memory(f"{pattern}_read") / min(active_sms or self.sm_count, self.sm_count)
+        one = self.memory(f"{pattern}_read_one_per_sm") / self.sm_count
         return min(full, one * in_flight_bytes / READ_IN_FLIGHT_BYTES)
 
     def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
@@ -326,7 +340,7 @@ def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     `active_sms` (`Rates.hbm_read`); for launches without tiles (elementwise ones), interpolated in the
     programs per SM (`Rates.per_sm`)."""
     if launch.stage_bytes:
-        return rates.hbm_read(concurrency * launch.stage_bytes, active_sms(launch, rates))
+        return rates.hbm_read(concurrency * launch.stage_bytes, active_sms(launch, rates), launch.masked)
     return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
@@ -342,16 +356,18 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
                 for (m, n, k, streamed), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
-    if "row_reduce_elements_per_s" in rates.blocks["pointwise"]:  # calibrations before it: untimed
-        compute += per_sm * launch.reductions / rates.pointwise("row_reduce", concurrency)
+    for name, elements in (("row_reduce", launch.reductions), ("row_sum", launch.row_sums)):
+        if f"{name}_elements_per_s" in rates.blocks["pointwise"]:  # calibrations before it: untimed
+            compute += per_sm * elements / rates.pointwise(name, concurrency)
     hbm_rate = hbm_read_rate(launch, rates, concurrency)
     l2_rate = rates.memory("l2_read") / sms
     per_byte = _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
     program_spills = spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)  # its waits
     compute += per_sm * program_spills
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
+    store_pattern = rates.token_pattern(launch.masked) if launch.store_pattern == "token" else "state"
     stores = (launch.store_bytes / launch.programs * active_sms(launch, rates)
-              / rates.memory(f"{launch.store_pattern}_write"))
+              / rates.memory(f"{store_pattern}_write"))
     memory = per_sm * (loads + stores)
     if launch.walk is not None:
         rounds = math.ceil(per_sm / concurrency)
@@ -501,7 +517,8 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int,
     steps = p.seq_len // bl
     programs = _blocks(p.head_dim_qk, bk) * _blocks(p.head_dim_v, bv) * p.rows
     launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
-                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv))
+                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv),
+                    masked=masked_blocks((p.head_dim_qk, bk), (p.head_dim_v, bv)))
     launch.dot(bk, bv, bl, steps)
     launch.exp = steps * bl
     launch.fma = steps * (bk * bv + bl * bk)
@@ -529,6 +546,13 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
     launch.store_bytes = p.rows * p.seq_len * p.head_dim_qk * e
     launch.store_pattern = "token"
     return launch
+
+
+def masked_blocks(*dims_and_blocks: tuple[int, int]) -> bool:
+    """Whether a launch tiling head dims in these (head dim, block) pairs has masked tiles: a block that
+    does not divide its head dim covers the rest with a tile whose columns past it are masked (the kernels'
+    `triton_fwd.load_cols`; the reference's boundary checks)."""
+    return any(dim % block for dim, block in dims_and_blocks)
 
 
 def _blocks(dim: int, block: int) -> int:
@@ -563,7 +587,8 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     kv_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.out_block_kv) * t.out_q_tiles
     launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
                     (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
-                    kernel="chunk_outputs_kernel", chains=chains)
+                    kernel="chunk_outputs_kernel", chains=chains,
+                    masked=masked_blocks((p.head_dim_qk, t.block_qk), (p.head_dim_v, t.out_block_v)))
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles,
                streamed=2 if reload_query or qk_blocks > 1 else 1)
@@ -571,6 +596,7 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     online_max = p.variant == "exp" and not t.out_prefix_max
     launch.exp = kv_tiles * t.block_q * t.out_block_kv * (2 if online_max else 1)
     launch.reductions = kv_tiles * t.block_q * t.out_block_kv if online_max else 0.0
+    launch.row_sums = kv_tiles * t.block_q * t.out_block_kv if p.variant == "exp" and not online_max else 0.0
     launch.fma = kv_tiles * t.block_q * (3 * t.out_block_kv + t.out_block_v)
     query_blocks = (kv_tiles * qk_blocks if reload_query
                     else t.out_q_tiles * qk_blocks + kv_tiles * (qk_blocks - 1))
@@ -608,7 +634,8 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
     programs = _blocks(out_dim, out_block) * (t.chunk // rows) * chunks * p.rows
     launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
-                    kernel=f"chunk_{name.lower()}_kernel")
+                    kernel=f"chunk_{name.lower()}_kernel",
+                    masked=masked_blocks((out_dim, out_block), (loop_dim, loop_block)))
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks, streamed=2 if loop_blocks > 1 else 1)
     launch.dot(rows, out_block, partner, partner_tiles, streamed=1)
     launch.dot(rows, out_block, loop_block, loop_blocks)
@@ -706,7 +733,8 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
                     dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e,
                     kernel="fused_forward_kernel", loop_trips=chunks,
-                    walk=("fused_exp" if p.variant == "exp" else "fused", chunk, dqk, bv))
+                    walk=("fused_exp" if p.variant == "exp" else "fused", chunk, dqk, bv),
+                    masked=masked_blocks((p.head_dim_qk, dqk), (p.head_dim_v, bv)))
     launch.dot(chunk, chunk, dqk, chunks)
     launch.dot(chunk, bv, dqk, chunks)
     launch.dot(chunk, bv, chunk, chunks)
