@@ -691,33 +691,6 @@ def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeyp
     assert shared.memory_s < structural.launch_time(states, rates).memory_s
 
 
-@pytest.mark.parametrize("algorithm", ["xl_chunk", "reference"])
-def test_masked_tiles_take_the_calibrated_masked_token_rates(algorithm, tmp_path, monkeypatch):
-    """At 24 x 96/96 the recurrences, output and gradient launches (ours' masked 128-wide blocks, the
-    reference's masked 64-wide ones) are masked and at 32 x 128/128 none is; with a calibration whose
-    masked-token figures are half the token ones (the fixture has none: unchanged) the masked launches'
-    memory time grows and the unmasked ones' does not."""
-    masked_problem = structural.Problem(16, 4096, 24, 96, 96, mode="fwdbw")
-    plain_problem = structural.Problem(16, 4096, 32, 128, 128, mode="fwdbw")
-    masked = [launch for launch in structural.launches(masked_problem, algorithm, 128) if launch.stage_bytes]
-    plain = [launch for launch in structural.launches(plain_problem, algorithm, 128) if launch.stage_bytes]
-    assert {launch.name for launch in masked if launch.masked} >= {"states", "output", "dQ", "dK", "dV"}
-    assert not any(launch.masked for launch in plain)
-    before = [structural.launch_time(launch, structural.load_rates("h100-sxm")) for launch in masked + plain]
-    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
-    memory = calibration["blocks"]["memory"]
-    memory |= {f"token_masked_{name}_bytes_per_s": memory[f"token_{name}_bytes_per_s"] / 2
-               for name in ("read", "write", "read_one_per_sm")}
-    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
-    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
-    after = [structural.launch_time(launch, structural.load_rates("h100-sxm")) for launch in masked + plain]
-    for launch, old, new in zip(masked + plain, before, after, strict=True):
-        if launch.masked:
-            assert new.memory_s > 1.5 * old.memory_s, launch.name
-        else:
-            assert new.memory_s == old.memory_s, launch.name
-
-
 def test_the_reference_covers_head_dims_its_blocks_do_not_divide():
     """At 96/96 the reference's launchers cover the head dims with masked power-of-two blocks (cdiv: two
     blocks of 64, one value block of 128), and the model counts those programs (no empty launch)."""

@@ -13,7 +13,8 @@ the whole GPU busy (aggregate rates, all SMs):
 * ``memory``: load and store bandwidth of the access patterns of the kernels: token tiles [rows, head dim]
   of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes), the same with a head dim that
   is not a power of two read in masked power-of-two tiles (``token_masked``: [rows, 128] tiles of a
-  [B, T, H, 96] tensor, the columns past 96 masked, as the kernels' masked head-dim blocks load them) and
+  [B, T, H, 96] tensor, the columns past 96 masked, as the kernels' masked head-dim blocks load them; a
+  diagnosis the model does not use, docs/performance-model.md) and
   the [Dqk, Dv] state tiles of a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's
   loads); ``local``: the
   local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
