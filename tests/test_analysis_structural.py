@@ -691,6 +691,26 @@ def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeyp
     assert shared.memory_s < structural.launch_time(states, rates).memory_s
 
 
+@pytest.mark.parametrize("algorithm, reads", [
+    ("xl_chunk", {"dQ": "q k v dh", "dK": "q k v dh", "dV": "q k dh"}),
+    ("reference", {"dQ": "k v dh", "dK": "q v dh", "dV": "q k dh"})])
+def test_each_gradient_kernel_reads_the_tensors_it_loads(algorithm, reads):
+    """At 16 x 64/256 (head dims apart, so each tensor's bytes tell) the gradient launches read from HBM the
+    token tensors their kernels load (ours: q in dQ and k in dK for the gate gradients' row sums, which only
+    ours store; no dV kernel loads v) and their chunk's state or state gradient."""
+    problem = structural.Problem(4, 2048, 16, 64, 256, mode="fwdbw")
+    chunk = 128
+    by_name = {launch.name: launch for launch in structural.launches(problem, algorithm, chunk)}
+    widths = {"q": 64, "k": 64, "v": 256, "dh": 256}
+    state_bytes = 4 if algorithm == "reference" else 2
+    states = problem.rows * (problem.seq_len // chunk) * 64 * 256 * state_bytes
+    for name, tensors in reads.items():
+        tokens = problem.rows * problem.seq_len * sum(widths[tensor] for tensor in tensors.split()) * 2
+        assert by_name[name].hbm_bytes == tokens + states, name
+    written = problem.rows * problem.seq_len * 64 * 2
+    assert (by_name["dQ"].store_bytes > written) == (algorithm == "xl_chunk")
+
+
 def test_the_reference_covers_head_dims_its_blocks_do_not_divide():
     """At 96/96 the reference's launchers cover the head dims with masked power-of-two blocks (cdiv: two
     blocks of 64, one value block of 128), and the model counts those programs (no empty launch)."""

@@ -588,13 +588,24 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     return launch
 
 
-def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> Launch:
-    """`chunk_dq_kernel`, `chunk_dk_kernel` or `chunk_dv_kernel`: per chunk (head-dim blocks of the
-    gradient) x (L / row tile) programs; the intra-chunk part over the tiles on one side of the diagonal
-    (where the other head dim is one block the row tile is loaded again for every partner tile from the
-    same address, an L2 hit, and the product is priced at the rate with the left operand loaded once, as
-    the one with the score tile on chip is; the held-out run `holdout-operands` decided both), the
-    inter-chunk part over the other head dim in blocks."""
+#: the token tensors each gradient kernel reads (besides its chunk's state or state gradient): ours read q in
+#: dQ and k in dK for the row sums q.dq and k.dk of the gate gradients, which they store; the reference's dQ
+#: and dK do neither (its gate gradients read q, k, dQ, dK again, `_reference_gate_gradient_launch`); no dV
+#: kernel reads v
+GRADIENT_READS = {
+    "ours": {"dQ": ("q", "k", "v", "dh"), "dK": ("q", "k", "v", "dh"), "dV": ("q", "k", "dh")},
+    "reference": {"dQ": ("k", "v", "dh"), "dK": ("q", "v", "dh"), "dV": ("q", "k", "dh")},
+}
+
+
+def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kernels: str = "ours") -> Launch:
+    """`chunk_dq_kernel`, `chunk_dk_kernel` or `chunk_dv_kernel` (``kernels`` "ours"; "reference": the
+    reference's of the same name): per chunk (head-dim blocks of the gradient) x (L / row tile) programs;
+    the intra-chunk part over the tiles on one side of the diagonal (where the other head dim is one block
+    the row tile is loaded again for every partner tile from the same address, an L2 hit, and the product is
+    priced at the rate with the left operand loaded once, as the one with the score tile on chip is; the
+    held-out run `holdout-operands` decided both), the inter-chunk part over the other head dim in blocks;
+    HBM reads of the tensors of `GRADIENT_READS`."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
     if name == "dQ":
@@ -621,9 +632,12 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int) -> L
     launch.fma = partner_tiles * rows * partner * 3 + rows * out_block * 2
     launch.l2_bytes = (partner_tiles * (loop_blocks * (rows + partner) * loop_block + partner * out_block) * e
                        + loop_blocks * (rows * loop_block * e + out_block * loop_block * state_bytes))
-    launch.hbm_bytes = (p.rows * p.seq_len * (2 * p.head_dim_qk + 2 * p.head_dim_v) * e
+    widths = {"q": p.head_dim_qk, "k": p.head_dim_qk, "v": p.head_dim_v, "dh": p.head_dim_v}
+    token_width = sum(widths[tensor] for tensor in GRADIENT_READS[kernels][name])
+    launch.hbm_bytes = (p.rows * p.seq_len * token_width * e
                         + p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes)
-    partial_sums = p.rows * p.seq_len * 4 * _blocks(out_dim, out_block) if name != "dV" else 0
+    summed = kernels == "ours" and name != "dV"  # the fp32 row sums q.dq / k.dk per head-dim block
+    partial_sums = p.rows * p.seq_len * 4 * _blocks(out_dim, out_block) if summed else 0
     launch.store_bytes = p.rows * p.seq_len * out_dim * e + partial_sums
     return launch
 
@@ -832,9 +846,9 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
             _gate_launch(problem, chunk, tiling.block_state),
             _recurrence_launch("states (recomputed)", problem, tiling, 4),
             _recurrence_launch("state gradients", problem, tiling, 4, STATE_GRADS_KERNEL),
-            _gradient_launch("dV", problem, tiling, 4),
-            _gradient_launch("dK", problem, gradient_tiling, 4),
-            _gradient_launch("dQ", problem, gradient_tiling, 4),
+            _gradient_launch("dV", problem, tiling, 4, "reference"),
+            _gradient_launch("dK", problem, gradient_tiling, 4, "reference"),
+            _gradient_launch("dQ", problem, gradient_tiling, 4, "reference"),
             _reference_gate_gradient_launch(problem),
         ]
     launch_list[2].loop_trips = _mean_causal_tiles(chunk, tiling.block_q, tiling.out_block_kv)  # its kv loop
