@@ -31,7 +31,7 @@ def main() -> None:
                     ("l2", blocks._l2_pattern(shaped, element_bytes, limits)))
         for name, pattern in patterns:
             col_blocks = -(-dim // cols)
-            walk = replace(pattern, cols=cols, col_blocks=col_blocks)
+            walk = replace(pattern, cols=cols, col_blocks=col_blocks, dim=col_blocks * cols)  # no mask
             extent = max(walk.outer * walk.outer_stride, walk.tiles * walk.tile_stride) + 64 * 16 * dim
             buffer = torch.zeros(extent, device="cuda", dtype=torch.bfloat16)
             blocks._stream_seconds(walk, walk.programs, False, buffer, timer)  # compiles, warms the clocks

@@ -14,9 +14,8 @@ the whole GPU busy (aggregate rates, all SMs):
   of a [B, T, H, D] tensor (row stride H * D, the q/k/v/h reads and writes), the same with a head dim that
   is not a power of two read in masked power-of-two tiles (``token_masked``: [rows, 128] tiles of a
   [B, T, H, 96] tensor, the columns past 96 masked, as the kernels' masked head-dim blocks load them; a
-  diagnosis the model does not use, docs/performance-model.md) and
-  the [Dqk, Dv] state tiles of a [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's
-  loads); ``local``: the
+  diagnosis the model does not use, docs/performance-model.md) and the [Dqk, Dv] state tiles of a
+  [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads); ``local``: the
   local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
 * ``walk``: seconds per step of one program per SM walking a sequence of tiles in order with a state
   carried from step to step, as the chunk-recurrent kernels do (the TFLA state recurrence; the fused
@@ -400,8 +399,8 @@ def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:
 def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
     """fp32 elements per second (whole GPU) of an exp with two multiply-adds (``exp``), of one multiply-add
     (``fma``), of a row max and row sum with their subtraction and multiply-add (``row_reduce``) and of a row
-    sum with its multiply-add (``row_sum``), each
-    as ``<name>_elements_per_s`` with `sizes.programs_per_sm` programs per SM and as
+    sum with its multiply-add (``row_sum``), each as ``<name>_elements_per_s`` with `sizes.programs_per_sm`
+    programs per SM and as
     ``<name>_one_per_sm_elements_per_s`` with one program per SM (4 warps: one per scheduler, nothing to
     hide a dependent instruction's latency, as in a kernel whose programs do not fill the GPU)."""
     rows, cols = sizes.pointwise_tile
