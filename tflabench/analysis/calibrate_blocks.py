@@ -527,23 +527,22 @@ def _pattern_buffer(pattern: _StreamPattern, sizes: BlockSizes) -> torch.Tensor:
     return torch.zeros(pattern.outer * pattern.outer_stride, device=sizes.device, dtype=sizes.dtype)
 
 
-def _read_write_rates(name: str, pattern: _StreamPattern, sizes: BlockSizes, timer: _Timer) -> dict:
-    """``{name}_read_bytes_per_s`` and ``{name}_write_bytes_per_s`` of a pattern, every program launched."""
-    buffer, element_bytes = _pattern_buffer(pattern, sizes), torch.empty(0, dtype=sizes.dtype).element_size()
+def _read_write_rates(name: str, pattern: _StreamPattern, buffer: torch.Tensor, timer: _Timer) -> dict:
+    """``{name}_read_bytes_per_s`` and ``{name}_write_bytes_per_s`` of a pattern over ``buffer``, every
+    program launched."""
     rates = {}
     for direction, write in (("read", False), ("write", True)):
         seconds = _stream_seconds(pattern, pattern.programs, write, buffer, timer)
-        rates[f"{name}_{direction}_bytes_per_s"] = pattern.elements * element_bytes / seconds
+        rates[f"{name}_{direction}_bytes_per_s"] = pattern.elements * buffer.element_size() / seconds
     return rates
 
 
-def _one_per_sm_read_rate(pattern: _StreamPattern, sizes: BlockSizes, limits: DeviceLimits,
-                          timer: _Timer) -> float:
-    """Bytes per second of a pattern's loads with one program per SM (its first streams)."""
-    element_bytes = torch.empty(0, dtype=sizes.dtype).element_size()
+def _one_per_sm_read_rate(pattern: _StreamPattern, buffer: torch.Tensor, sizes: BlockSizes,
+                          limits: DeviceLimits, timer: _Timer) -> float:
+    """Bytes per second of a pattern's loads over ``buffer`` with one program per SM (its first streams)."""
     one_per_sm = min(pattern.programs, _grid_programs(sizes, limits)[1])
-    seconds = _stream_seconds(pattern, one_per_sm, False, _pattern_buffer(pattern, sizes), timer)
-    return pattern.elements // pattern.programs * one_per_sm * element_bytes / seconds
+    seconds = _stream_seconds(pattern, one_per_sm, False, buffer, timer)
+    return pattern.elements // pattern.programs * one_per_sm * buffer.element_size() / seconds
 
 
 def measure_memory(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
@@ -551,18 +550,22 @@ def measure_memory(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> di
     stores, every program of the pattern launched; ``token_read_one_per_sm``: token loads with one program
     per SM; ``l2_read``: token loads that hit L2; ``token_masked``: the token pattern at
     `BlockSizes.masked_head_dim` in masked tiles, loads and stores and loads with one program per SM (bytes
-    of the existing columns)."""
+    of the existing columns). One buffer per pattern."""
     element_bytes = torch.empty(0, dtype=sizes.dtype).element_size()
-    token = _token_pattern(sizes, element_bytes)
-    rates = _read_write_rates("token", token, sizes, timer)
-    rates |= _read_write_rates("state", _state_pattern(sizes, element_bytes), sizes, timer)
-    rates["token_read_one_per_sm_bytes_per_s"] = _one_per_sm_read_rate(token, sizes, limits, timer)
+    token, state = _token_pattern(sizes, element_bytes), _state_pattern(sizes, element_bytes)
+    token_buffer = _pattern_buffer(token, sizes)
+    rates = _read_write_rates("token", token, token_buffer, timer)
+    rates |= _read_write_rates("state", state, _pattern_buffer(state, sizes), timer)
+    rates["token_read_one_per_sm_bytes_per_s"] = _one_per_sm_read_rate(token, token_buffer, sizes, limits,
+                                                                        timer)
     l2 = _l2_pattern(sizes, element_bytes, limits)
-    seconds = _stream_seconds(l2, l2.programs, False, _pattern_buffer(token, sizes), timer)
+    seconds = _stream_seconds(l2, l2.programs, False, token_buffer, timer)
     rates["l2_read_bytes_per_s"] = l2.elements * element_bytes / seconds
     masked = _token_pattern(sizes, element_bytes, head_dim=sizes.masked_head_dim)
-    rates |= _read_write_rates("token_masked", masked, sizes, timer)
-    rates["token_masked_read_one_per_sm_bytes_per_s"] = _one_per_sm_read_rate(masked, sizes, limits, timer)
+    masked_buffer = _pattern_buffer(masked, sizes)
+    rates |= _read_write_rates("token_masked", masked, masked_buffer, timer)
+    rates["token_masked_read_one_per_sm_bytes_per_s"] = _one_per_sm_read_rate(masked, masked_buffer, sizes,
+                                                                              limits, timer)
     return rates
 
 
