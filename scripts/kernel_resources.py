@@ -207,7 +207,7 @@ def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
 #: square ones for the L* over head dim plot, the masked head dims of the held-out run holdout-masked-loads
 #: (112/112, 48/96, 96/192); limit_chunk and larger chunks use the model's rule
 TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128), (128, 256), (256, 256),
-                   (256, 512), (512, 512), (112, 112), (48, 96), (96, 192))
+                   (256, 512), (512, 512), (112, 112), (48, 96), (96, 192), (80, 160), (64, 96), (160, 160))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
 TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysis", "compiled_resources.json")
 RESULTS = Path(__file__).resolve().parent.parent / "results"
