@@ -711,33 +711,6 @@ def test_each_gradient_kernel_reads_the_tensors_it_loads(algorithm, reads):
     assert (by_name["dQ"].store_bytes > written) == (algorithm == "xl_chunk")
 
 
-def test_our_masked_tiles_take_the_calibrated_masked_token_rates(tmp_path, monkeypatch):
-    """At 24 x 96/96 our recurrences, output and gradient launches (masked 128-wide blocks) are masked, at
-    32 x 128/128 none is, and the reference's launches (boundary-checked block pointers, another pattern
-    than the one calibrated) never are; with a calibration whose masked-token figures are half the token
-    ones (the fixture has none: unchanged) the masked launches' memory time grows and no other's does."""
-    masked_problem = structural.Problem(16, 4096, 24, 96, 96, mode="fwdbw")
-    plain_problem = structural.Problem(16, 4096, 32, 128, 128, mode="fwdbw")
-    ours = [launch for launch in structural.launches(masked_problem, "xl_chunk", 128) if launch.stage_bytes]
-    others = [launch for problem, algorithm in ((plain_problem, "xl_chunk"), (masked_problem, "reference"))
-              for launch in structural.launches(problem, algorithm, 128) if launch.stage_bytes]
-    assert {launch.name for launch in ours if launch.masked} >= {"states", "output", "dQ", "dK", "dV"}
-    assert not any(launch.masked for launch in others)
-    before = [structural.launch_time(launch, structural.load_rates("h100-sxm")) for launch in ours + others]
-    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
-    memory = calibration["blocks"]["memory"]
-    memory |= {f"token_masked_{name}_bytes_per_s": memory[f"token_{name}_bytes_per_s"] / 2
-               for name in ("read", "write", "read_one_per_sm")}
-    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
-    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
-    after = [structural.launch_time(launch, structural.load_rates("h100-sxm")) for launch in ours + others]
-    for launch, old, new in zip(ours + others, before, after, strict=True):
-        if launch.masked:
-            assert new.memory_s > 1.5 * old.memory_s, launch.name
-        else:
-            assert new.memory_s == old.memory_s, launch.name
-
-
 def test_the_reference_covers_head_dims_its_blocks_do_not_divide():
     """At 96/96 the reference's launchers cover the head dims with masked power-of-two blocks (cdiv: two
     blocks of 64, one value block of 128), and the model counts those programs (no empty launch)."""

@@ -20,9 +20,7 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
 
 hbm_rate = min(full-grid rate / A, one-program-per-SM rate / S x c x stage bytes / READ_IN_FLIGHT_BYTES) per
 SM, A = min(P, S) the SMs that have programs (Little's law: the loads one step of the c programs issues
-against those of the calibration's one program), and store_rate the full-grid store rate / A; both the
-calibration's masked-token figures for a launch of our kernels whose head-dim blocks leave masked tiles
-(`masked_blocks`; the reference's boundary-checked block pointers take the token figures);
+against those of the calibration's one program), and store_rate the full-grid store rate / A;
 
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
@@ -124,8 +122,7 @@ class Launch:
     the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`: the independent accumulator
     chains of tile products a program interleaves; the calibration times one chain per program, and c
     programs of n chains each get the product rate of c x n programs (results/h100/dot-chains/: two chains
-    1.17-1.37x one). `masked`: its head-dim blocks do not divide the head dims, so its token tiles are
-    loaded and stored with a column mask (`masked_blocks`), at the calibration's masked-token rates."""
+    1.17-1.37x one)."""
 
     name: str
     programs: int
@@ -147,7 +144,6 @@ class Launch:
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
-    masked: bool = False
 
     def dot(self, m: int, n: int, k: int, count: float, streamed: int = 2) -> None:
         """``count`` products [M, K] x [K, N] per program, ``streamed`` of their two operands loaded from
@@ -212,21 +208,13 @@ class Rates:
     def memory(self, name: str) -> float:
         return float(self.blocks["memory"][f"{name}_bytes_per_s"])
 
-    def token_pattern(self, masked: bool) -> str:
-        """The calibrated token-tile pattern of a launch's loads and stores: ``token_masked`` for a launch
-        with masked tiles where the calibration times it, else ``token``."""
-        timed = "token_masked_read_bytes_per_s" in self.blocks["memory"]
-        return "token_masked" if masked and timed else "token"
-
-    def hbm_read(self, in_flight_bytes: float, active_sms: int | None = None, masked: bool = False) -> float:
+    def hbm_read(self, in_flight_bytes: float, active_sms: int | None = None) -> float:
         """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM. Little's law:
         at a fixed latency the rate grows with the bytes in flight, up to the SM's share of the full-grid
         figure among the ``active_sms`` SMs that have programs (all by default); the calibration's
-        one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`. ``masked``: the
-        figures of the masked token tiles (`token_pattern`)."""
-        pattern = self.token_pattern(masked)
-        full = self.memory(f"{pattern}_read") / min(active_sms or self.sm_count, self.sm_count)
-        one = self.memory(f"{pattern}_read_one_per_sm") / self.sm_count
+        one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`."""
+        full = self.memory("token_read") / min(active_sms or self.sm_count, self.sm_count)
+        one = self.memory("token_read_one_per_sm") / self.sm_count
         return min(full, one * in_flight_bytes / READ_IN_FLIGHT_BYTES)
 
     def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
@@ -341,7 +329,7 @@ def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     `active_sms` (`Rates.hbm_read`); for launches without tiles (elementwise ones), interpolated in the
     programs per SM (`Rates.per_sm`)."""
     if launch.stage_bytes:
-        return rates.hbm_read(concurrency * launch.stage_bytes, active_sms(launch, rates), launch.masked)
+        return rates.hbm_read(concurrency * launch.stage_bytes, active_sms(launch, rates))
     return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
@@ -366,9 +354,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     program_spills = spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)  # its waits
     compute += per_sm * program_spills
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
-    store_pattern = rates.token_pattern(launch.masked) if launch.store_pattern == "token" else "state"
     stores = (launch.store_bytes / launch.programs * active_sms(launch, rates)
-              / rates.memory(f"{store_pattern}_write"))
+              / rates.memory(f"{launch.store_pattern}_write"))
     memory = per_sm * (loads + stores)
     if launch.walk is not None:
         rounds = math.ceil(per_sm / concurrency)
@@ -518,8 +505,7 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int,
     steps = p.seq_len // bl
     programs = _blocks(p.head_dim_qk, bk) * _blocks(p.head_dim_v, bv) * p.rows
     launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
-                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv),
-                    masked=masked_blocks((p.head_dim_qk, bk), (p.head_dim_v, bv)))
+                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv))
     launch.dot(bk, bv, bl, steps)
     launch.exp = steps * bl
     launch.fma = steps * (bk * bv + bl * bk)
@@ -547,13 +533,6 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
     launch.store_bytes = p.rows * p.seq_len * p.head_dim_qk * e
     launch.store_pattern = "token"
     return launch
-
-
-def masked_blocks(*dims_and_blocks: tuple[int, int]) -> bool:
-    """Whether a launch tiling head dims in these (head dim, block) pairs has masked tiles: a block that
-    does not divide its head dim covers the rest with a tile whose columns past it are masked (the kernels'
-    `triton_fwd.load_cols`, the pattern the calibration's ``token_masked`` figures time)."""
-    return any(dim % block for dim, block in dims_and_blocks)
 
 
 def _blocks(dim: int, block: int) -> int:
@@ -588,8 +567,7 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     kv_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.out_block_kv) * t.out_q_tiles
     launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
                     (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
-                    kernel="chunk_outputs_kernel", chains=chains,
-                    masked=masked_blocks((p.head_dim_qk, t.block_qk), (p.head_dim_v, t.out_block_v)))
+                    kernel="chunk_outputs_kernel", chains=chains)
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles,
                streamed=2 if reload_query or qk_blocks > 1 else 1)
@@ -646,8 +624,7 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
     programs = _blocks(out_dim, out_block) * (t.chunk // rows) * chunks * p.rows
     launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
-                    kernel=f"chunk_{name.lower()}_kernel",
-                    masked=masked_blocks((out_dim, out_block), (loop_dim, loop_block)))
+                    kernel=f"chunk_{name.lower()}_kernel")
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks, streamed=2 if loop_blocks > 1 else 1)
     launch.dot(rows, out_block, partner, partner_tiles, streamed=1)
     launch.dot(rows, out_block, loop_block, loop_blocks)
@@ -748,8 +725,7 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     launch = Launch("fused forward", programs, tiling.num_warps, tiling.num_stages,
                     dqk * bv + chunk * (chunk + bv), (2 * chunk * dqk + chunk * bv) * e,
                     kernel="fused_forward_kernel", loop_trips=chunks,
-                    walk=("fused_exp" if p.variant == "exp" else "fused", chunk, dqk, bv),
-                    masked=masked_blocks((p.head_dim_qk, dqk), (p.head_dim_v, bv)))
+                    walk=("fused_exp" if p.variant == "exp" else "fused", chunk, dqk, bv))
     launch.dot(chunk, chunk, dqk, chunks)
     launch.dot(chunk, bv, dqk, chunks)
     launch.dot(chunk, bv, chunk, chunks)
@@ -880,7 +856,6 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
     for launch in launch_list:
         launch.kernel = REFERENCE_KERNELS.get(launch.name, launch.kernel)
         launch.compiled = kernels.get(launch.kernel)
-        launch.masked = False  # block pointers, boundary-checked masked or not: not `load_cols`' pattern
     return launch_list
 
 
