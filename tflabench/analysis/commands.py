@@ -1,8 +1,10 @@
-"""CLI commands of the analysis layer: `gpus`, `optimal-chunk`, `roofline`, `calibrate` (all with --json)."""
+"""CLI commands of the analysis layer: `gpus`, `optimal-chunk`, `roofline`, `calibrate`, `calibrate-median`
+(all with --json)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -42,6 +44,7 @@ def register(app: typer.Typer) -> None:
     app.command("optimal-chunk")(optimal_chunk)
     app.command("roofline")(roofline)
     app.command("calibrate")(calibrate)
+    app.command("calibrate-median")(calibrate_median)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -530,6 +533,62 @@ def calibrate(
     if block_figures is not None:
         _print_blocks(console, block_figures)
     console.print(f"stored in {path}" if path else "not stored (--no-save)")
+
+
+def calibrate_median(
+    files: Annotated[list[Path], typer.Argument(
+        help="Calibration files of one GPU (`tflabench calibrate`, same tflabench), two or more.")],
+    out: Annotated[Path | None, typer.Option(
+        help="File to write (default: the GPU's calibration, results/calibration/<gpu>.json).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Merge calibrations of several machines of one GPU model into one: the median of every measured
+    figure (a calibration is one machine's draw; the model should see a typical one). Prints each
+    scalar figure's spread over the files and stores the median."""
+    from tflabench.analysis.calibrate_median import median_calibration
+    from tflabench.provenance import command_line
+
+    records = [_read_calibration(path) for path in files]
+    merged = median_calibration(records, [path.name for path in files], command_line())
+    path = out or hardware.calibration_path(merged["gpu"])
+    spread = {name: (min(values), merged_value, max(values))
+              for name, values, merged_value in _scalar_figures(records, merged)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=2) + "\n")
+    if as_json:
+        _echo_json({"gpu": merged["gpu"], "median_of": [str(file) for file in files], "stored": str(path),
+                     "figures": {name: dict(zip(("min", "median", "max"), values, strict=True))
+                                 for name, values in spread.items()}})
+        return
+    table = _table(f"Median of {len(files)} calibrations of {merged['gpu']} (per second; launch: seconds)",
+                   ["figure", "min", "median", "max", "max/min"], left=("figure",))
+    for name, (low, middle, high) in spread.items():
+        short = name.removesuffix("_bytes_per_s").removesuffix("_elements_per_s")
+        short = short.replace("_one_per_sm", " 1/SM")
+        ratio = f"{high / low:.2f}" if low > 0 else "-"
+        table.add_row(short, f"{low:.3g}", f"{middle:.3g}", f"{high:.3g}", ratio)
+    console = _console()
+    console.print(table)
+    console.print(f"stored in {path}")
+
+
+def _read_calibration(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{str(path)!r} is not a calibration file: {exc}") from exc
+
+
+def _scalar_figures(records: list[dict], merged: dict):
+    """(name, the files' values, the median) of the calibration's scalar figures: the matmul and copy
+    ceilings and the building blocks' pointwise, memory and launch figures (not the tile entries)."""
+    sections = [("", lambda record: {"flops": record["flops"], "bandwidth": record["bandwidth"]})]
+    sections += [(f"{name}.", lambda record, name=name: record.get("blocks", {}).get(name, {}))
+                 for name in ("pointwise", "memory", "launch")]
+    for prefix, section in sections:
+        for field, value in section(merged).items():
+            if isinstance(value, float):
+                yield f"{prefix}{field}", [float(section(record)[field]) for record in records], value
 
 
 def _provenance(clocks: dict) -> dict:

@@ -183,13 +183,14 @@ def calibration_dir() -> Path:
     return Path(override) if override else _DEFAULT_CALIBRATION_DIR
 
 
-def _calibration_path(gpu_key: str) -> Path:
+def calibration_path(gpu_key: str) -> Path:
+    """The file of a GPU's calibration (in `calibration_dir`)."""
     return calibration_dir() / f"{get_gpu(gpu_key).key}.json"
 
 
 def _calibration_record(gpu_key: str) -> tuple[Path, dict] | None:
     """(path, parsed JSON) of a GPU's calibration file, or None when it was never calibrated."""
-    path = _calibration_path(gpu_key)
+    path = calibration_path(gpu_key)
     if not path.exists():
         return None
     try:
@@ -229,7 +230,7 @@ def save_measured_ceilings(gpu_key: str, ceilings: Ceilings, blocks: dict | None
                            provenance: dict | None = None) -> Path:
     """Store measured bf16 ceilings (and the building-block figures, when measured, and the provenance:
     commit, software versions, command, the GPU and its clocks) as JSON; returns the file written."""
-    path = _calibration_path(gpu_key)
+    path = calibration_path(gpu_key)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "gpu": get_gpu(gpu_key).key,
