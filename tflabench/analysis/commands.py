@@ -548,7 +548,7 @@ def calibrate_median(
     from tflabench.analysis.calibrate_median import median_calibration
     from tflabench.provenance import command_line
 
-    records = [_read_calibration(path) for path in files]
+    records = [hardware.read_calibration_file(path) for path in files]
     merged = median_calibration(records, [path.name for path in files], command_line())
     path = out or hardware.calibration_path(merged["gpu"])
     spread = {name: (min(values), merged_value, max(values))
@@ -572,23 +572,18 @@ def calibrate_median(
     console.print(f"stored in {path}")
 
 
-def _read_calibration(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{str(path)!r} is not a calibration file: {exc}") from exc
-
-
 def _scalar_figures(records: list[dict], merged: dict):
-    """(name, the files' values, the median) of the calibration's scalar figures: the matmul and copy
-    ceilings and the building blocks' pointwise, memory and launch figures (not the tile entries)."""
-    sections = [("", lambda record: {"flops": record["flops"], "bandwidth": record["bandwidth"]})]
-    sections += [(f"{name}.", lambda record, name=name: record.get("blocks", {}).get(name, {}))
-                 for name in ("pointwise", "memory", "launch")]
-    for prefix, section in sections:
-        for field, value in section(merged).items():
+    """(name, the files' values, the median) of the calibration's scalar figures: the top level's (the
+    matmul and copy ceilings) and the building blocks' pointwise, memory and launch figures (not the tile
+    entries)."""
+    def section(record: dict, name: str) -> dict:
+        return record.get("blocks", {}).get(name, {}) if name else record
+
+    for name in ("", "pointwise", "memory", "launch"):
+        prefix = f"{name}." if name else ""
+        for field, value in section(merged, name).items():
             if isinstance(value, float):
-                yield f"{prefix}{field}", [float(section(record)[field]) for record in records], value
+                yield f"{prefix}{field}", [float(section(record, name)[field]) for record in records], value
 
 
 def _provenance(clocks: dict) -> dict:

@@ -188,15 +188,20 @@ def calibration_path(gpu_key: str) -> Path:
     return calibration_dir() / f"{get_gpu(gpu_key).key}.json"
 
 
+def read_calibration_file(path: Path) -> dict:
+    """The parsed JSON of a calibration file (an input error where it is not JSON)."""
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise InputError(f"malformed calibration file {str(path)!r}: {exc!r}") from exc
+
+
 def _calibration_record(gpu_key: str) -> tuple[Path, dict] | None:
     """(path, parsed JSON) of a GPU's calibration file, or None when it was never calibrated."""
     path = calibration_path(gpu_key)
     if not path.exists():
         return None
-    try:
-        return path, json.loads(path.read_text())
-    except ValueError as exc:
-        raise InputError(f"malformed calibration file {str(path)!r}: {exc!r}") from exc
+    return path, read_calibration_file(path)
 
 
 def load_measured_ceilings(gpu_key: str) -> Ceilings | None:
