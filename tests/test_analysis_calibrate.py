@@ -46,7 +46,8 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert set(blocks["device"]) == {"sm_count", "shared_memory_per_sm", "registers_per_sm", "l2_bytes"}
     shapes = [(dot["m"], dot["n"], dot["k"], dot["num_warps"]) for dot in blocks["dot"]]
     assert shapes == [(16, 16, 16, 4), (16, 32, 16, 4)]
-    rates = {f"{prefix}{grid}flops_per_s" for prefix in ("", "a_resident_") for grid in ("", "one_per_sm_")}
+    rates = {f"{stages}{prefix}{grid}flops_per_s" for stages in ("", "one_stage_")
+             for prefix in ("", "a_resident_") for grid in ("", "one_per_sm_")}
     assert all(set(dot) == {"m", "n", "k", "num_warps"} | rates for dot in blocks["dot"])
     assert all(dot[rate] > 0 for dot in blocks["dot"] for rate in rates)
     pointwise = {f"{name}{grid}_elements_per_s" for name in ("exp", "fma", "row_reduce", "row_sum")

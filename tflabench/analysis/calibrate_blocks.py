@@ -4,7 +4,8 @@ What the structural performance model (`analysis.structural`) needs to know abou
 the whole GPU busy (aggregate rates, all SMs):
 
 * ``dot``: `tl.dot` FLOP/s at the tile shapes the kernels use, [M, K] x [K, N] with fp32 accumulation, the
-  operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops;
+  operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops,
+  with two pipeline stages (the next operands' loads in flight during this product) and with one;
 * ``pointwise``: fp32 element rates of the gate arithmetic on a tile: ``exp`` (with two multiply-adds, the
   shape of the gate matrix exp(b_i - b_j + ig_j)), plain multiply-add (the rescaling of tiles),
   ``row_reduce`` (a row max and a row sum with the subtraction and multiply-add that use them, what the
@@ -33,6 +34,7 @@ tests (its timings mean nothing and are never stored as a calibration).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -332,7 +334,9 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
     """FLOP/s (whole GPU) of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`, both operands loaded
     every iteration: ``flops_per_s`` with `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s``
     with one program per SM; the same with the left operand loaded once (``a_resident_flops_per_s``,
-    ``a_resident_one_per_sm_flops_per_s``)."""
+    ``a_resident_one_per_sm_flops_per_s``); all four with `sizes.dot_stages` pipeline stages, and again
+    with one stage (``one_stage_`` prefixed: each product waits for its own operand loads, as in a kernel
+    that runs one stage)."""
     slots = 64 if sizes.device == "cuda" else 2
     results = []
     for m, n, k, warps in sizes.dot_shapes:
@@ -340,15 +344,16 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
         b = torch.randn(slots, k, n, device=sizes.device).to(sizes.dtype)
         out = torch.empty(_grid_programs(sizes, limits)[0], device=sizes.device)
         figures = {"m": m, "n": n, "k": k, "num_warps": warps}
-        for prefix, a_resident in (("", False), ("a_resident_", True)):
-            for tag, programs in zip(("", "one_per_sm_"), _grid_programs(sizes, limits), strict=True):
-                def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps,
-                           a_resident=a_resident):
-                    _dot_kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
-                                             NUM_STAGES=sizes.dot_stages, A_RESIDENT=a_resident,
-                                             num_warps=warps)
-                flops = 2 * m * n * k * sizes.dot_iters * programs
-                figures[f"{prefix}{tag}flops_per_s"] = flops / timer(launch)
+        placements = itertools.product((("", sizes.dot_stages), ("one_stage_", 1)),
+                                       (("", False), ("a_resident_", True)),
+                                       zip(("", "one_per_sm_"), _grid_programs(sizes, limits), strict=True))
+        for (stage_prefix, stages), (prefix, a_resident), (tag, programs) in placements:
+            def launch(programs=programs, a=a, b=b, out=out, m=m, n=n, k=k, warps=warps,
+                       a_resident=a_resident, stages=stages):
+                _dot_kernel[(programs,)](a, b, out, sizes.dot_iters, slots, M=m, N=n, K=k,
+                                         NUM_STAGES=stages, A_RESIDENT=a_resident, num_warps=warps)
+            flops = 2 * m * n * k * sizes.dot_iters * programs
+            figures[f"{stage_prefix}{prefix}{tag}flops_per_s"] = flops / timer(launch)
         results.append(figures)
     return results
 

@@ -7,7 +7,7 @@ shape, the chunk size and the tiling the kernels really use (`xl_chunk.Tiling.de
 Time of one launch with P programs on S SMs, r of them resident per SM (occupancy, `resident_programs`):
 
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
-    compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded) + exp / exp_rate
+    compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded, stages) + exp / exp_rate
                    + fma / fma_rate
                    [+ reductions / row_reduce_rate + row_sums / row_sum_rate, mLSTMexp, with a
                     calibration that has them]
@@ -29,6 +29,7 @@ its spills), the calibrated seconds per step of the nearest walk (`calibrate_blo
 
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
+timed in a loop of two pipeline stages, or of one for a launch of one stage (calibrations with those figures),
 and it (and the pointwise rates, where the calibration has their one-program-per-SM figures) interpolated
 in c between the calibration's one-program-per-SM and full-grid figures; r and the spills from the
 compiled kernels (compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling,
@@ -183,17 +184,20 @@ class Rates:
         return (one_per_sm + weight * (full - one_per_sm)) / self.sm_count
 
     def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float,
-                 streamed: int = 2) -> float:
+                 streamed: int = 2, stages: int = 2) -> float:
         """Per-SM FLOP/s of a [M, K] x [K, N] tile product: the calibrated shape nearest in log2 (M, N, K)
         (the same warp count preferred; of equally near ones the first in the calibration), its rate with
-        both operands loaded every time, or with ``streamed`` 1 its rate with the left operand on chip
-        (calibrations without that figure: the first)."""
+        both operands loaded every time, or with ``streamed`` 1 its rate with the left operand on chip;
+        in a loop of one pipeline stage (``stages`` 1), its rate with one stage, each product waiting for
+        its own operand loads (calibrations without those figures: the pipelined rate)."""
 
         def distance(dot: dict) -> tuple[float, int]:
             return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
 
         nearest = min(self.blocks["dot"], key=distance)
-        prefix = "a_resident_" if streamed == 1 and "a_resident_flops_per_s" in nearest else ""
+        prefix = "one_stage_" if stages == 1 and "one_stage_flops_per_s" in nearest else ""
+        if streamed == 1 and f"{prefix}a_resident_flops_per_s" in nearest:
+            prefix += "a_resident_"
         return self.per_sm(nearest[f"{prefix}flops_per_s"], nearest[f"{prefix}one_per_sm_flops_per_s"],
                            concurrency)
 
@@ -341,7 +345,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     concurrency = min(resident, per_sm)
     products = concurrency * launch.chains
     dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
-                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed)
+                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed, launch.stages)
                 for (m, n, k, streamed), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
