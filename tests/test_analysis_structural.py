@@ -682,7 +682,7 @@ def test_launches_of_one_stage_take_the_one_stage_product_rates(tmp_path, monkey
     a_resident rate where the calibration has it."""
     calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
     calibration["blocks"]["dot"] = [
-        dict(dot, **{f"one_stage_{key}": value / 3 for key, value in dot.items() if key.endswith("flops_per_s")})
+        dict(dot, **{f"one_stage_{key}": value / 3 for key, value in dot.items() if key.endswith("_per_s")})
         for dot in calibration["blocks"]["dot"]]
     (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
     ours = {launch.name: launch for launch in structural.launches(FIG4, "xl_chunk", 128)}
@@ -691,13 +691,16 @@ def test_launches_of_one_stage_take_the_one_stage_product_rates(tmp_path, monkey
     before = structural.load_rates("h100-sxm")
     monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
     after = structural.load_rates("h100-sxm")
-    for launch in (ours["output"], ours["states"]):
-        assert structural.launch_time(launch, after).compute_s == structural.launch_time(launch, before).compute_s
-    for launch in (reference["output"], reference["states"]):
-        assert structural.launch_time(launch, after).compute_s > structural.launch_time(launch, before).compute_s
+    def compute(launch, rates):
+        return structural.launch_time(launch, rates).compute_s
+
+    for name in ("output", "states"):
+        assert compute(ours[name], after) == compute(ours[name], before)
+        assert compute(reference[name], after) > compute(reference[name], before)
     shape = (64, 128, 64)
-    assert after.dot_rate(shape, 4, 2, streamed=1, stages=1) == pytest.approx(before.dot_rate(shape, 4, 2, 1) / 3)
-    assert after.dot_rate(shape, 4, 2, streamed=2, stages=1) == pytest.approx(before.dot_rate(shape, 4, 2, 2) / 3)
+    for streamed in (1, 2):
+        one_stage = after.dot_rate(shape, 4, 2, streamed=streamed, stages=1)
+        assert one_stage == pytest.approx(before.dot_rate(shape, 4, 2, streamed) / 3)
 
 
 def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeypatch):
