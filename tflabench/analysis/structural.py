@@ -840,19 +840,27 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
     its kernels (mLSTMsig) where the table has them."""
     tiling = reference_tiling(problem, chunk)
     gradient_tiling = dataclasses.replace(tiling, block_qk=reference_gradient_block(problem))
+    state_tiles = (tiling.state_block_qk, tiling.state_block_v)
+    gradient_tiles = (gradient_tiling.block_qk, tiling.block_v)
     launch_list = [
         _gate_launch(problem, chunk, tiling.block_state),
-        _recurrence_launch("states", problem, tiling, 4),
-        _output_launch(problem, tiling, 4, reload_query=True, chains=1),
+        _padded_states(_recurrence_launch("states", problem, tiling, 4), problem, chunk, state_tiles),
+        _padded_states(_output_launch(problem, tiling, 4, reload_query=True, chains=1), problem, chunk,
+                       (tiling.block_qk, tiling.out_block_v)),
     ]
     if problem.mode == "fwdbw":
         launch_list += [
             _gate_launch(problem, chunk, tiling.block_state),
-            _recurrence_launch("states (recomputed)", problem, tiling, 4),
-            _recurrence_launch("state gradients", problem, tiling, 4, STATE_GRADS_KERNEL),
-            _gradient_launch("dV", problem, tiling, 4, "reference"),
-            _gradient_launch("dK", problem, gradient_tiling, 4, "reference"),
-            _gradient_launch("dQ", problem, gradient_tiling, 4, "reference"),
+            _padded_states(_recurrence_launch("states (recomputed)", problem, tiling, 4), problem, chunk,
+                           state_tiles),
+            _padded_states(_recurrence_launch("state gradients", problem, tiling, 4, STATE_GRADS_KERNEL),
+                           problem, chunk, state_tiles),
+            _padded_states(_gradient_launch("dV", problem, tiling, 4, "reference"), problem, chunk,
+                           (tiling.block_qk, tiling.dv_block_v)),
+            _padded_states(_gradient_launch("dK", problem, gradient_tiling, 4, "reference"), problem, chunk,
+                           gradient_tiles),
+            _padded_states(_gradient_launch("dQ", problem, gradient_tiling, 4, "reference"), problem, chunk,
+                           gradient_tiles),
             _reference_gate_gradient_launch(problem),
         ]
     launch_list[2].loop_trips = _mean_causal_tiles(chunk, tiling.block_q, tiling.out_block_kv)  # its kv loop
@@ -861,6 +869,25 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
         launch.kernel = REFERENCE_KERNELS.get(launch.name, launch.kernel)
         launch.compiled = kernels.get(launch.kernel)
     return launch_list
+
+
+def _padded_states(launch: Launch, problem: Problem, chunk: int, tiles: tuple[int, int]) -> Launch:
+    """The reference's fp32 chunk states at the padded width of its [Dqk block, Dv block] state ``tiles``:
+    its boundary-checked block pointers move a masked tile at the cost of the whole tile, as our masked
+    pointer tiles do (results/{h100,h200}/launch-times-output-tiles), so at a head dim that its blocks do
+    not divide (96 in blocks of 64: 128) a launch storing the states (the recurrences) or loading them
+    (output, dV, dK, dQ) moves rows x chunks x padded Dqk x padded Dv x 4 bytes of them; unchanged where the
+    blocks divide the head dims. Held out: results/{h100,h200}/holdout-padded-states."""
+    block_qk, block_v = tiles
+    padded_qk = _blocks(problem.head_dim_qk, block_qk) * block_qk
+    padded_v = _blocks(problem.head_dim_v, block_v) * block_v
+    padding = padded_qk * padded_v - problem.head_dim_qk * problem.head_dim_v
+    extra = problem.rows * (problem.seq_len // chunk) * padding * 4
+    if launch.store_pattern == "state":
+        launch.store_bytes += extra
+    else:
+        launch.hbm_bytes += extra
+    return launch
 
 
 def _reference_gate_gradient_launch(problem: Problem) -> Launch:
