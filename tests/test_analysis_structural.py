@@ -675,34 +675,6 @@ def test_products_with_the_left_operand_on_chip_take_that_rate(tmp_path, monkeyp
     assert after["states"].compute_s == before["states"].compute_s
 
 
-def test_launches_of_one_stage_take_the_one_stage_product_rates(tmp_path, monkeypatch):
-    """With a calibration that times products in a loop of one stage (``one_stage_*``, made 3x slower
-    here), the reference's launches (one stage) take those rates and our two-stage ones do not; the
-    reference's output kernel keeps its left-operand-on-chip product (H += S V) apart, at the one-stage
-    a_resident rate where the calibration has it."""
-    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
-    calibration["blocks"]["dot"] = [
-        dict(dot, **{f"one_stage_{key}": value / 3 for key, value in dot.items() if key.endswith("_per_s")})
-        for dot in calibration["blocks"]["dot"]]
-    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
-    ours = {launch.name: launch for launch in structural.launches(FIG4, "xl_chunk", 128)}
-    reference = {launch.name: launch for launch in structural.launches(FIG4, "reference", 128)}
-    assert ours["output"].stages == 2 and reference["output"].stages == 1
-    before = structural.load_rates("h100-sxm")
-    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
-    after = structural.load_rates("h100-sxm")
-    def compute(launch, rates):
-        return structural.launch_time(launch, rates).compute_s
-
-    for name in ("output", "states"):
-        assert compute(ours[name], after) == compute(ours[name], before)
-        assert compute(reference[name], after) > compute(reference[name], before)
-    shape = (64, 128, 64)
-    for streamed in (1, 2):
-        one_stage = after.dot_rate(shape, 4, 2, streamed=streamed, stages=1)
-        assert one_stage == pytest.approx(before.dot_rate(shape, 4, 2, streamed) / 3)
-
-
 def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeypatch):
     """A state recurrence of 32 programs (B = 1, 32 x 64/64) on 132 SMs: each of the 32 busy SMs gets a
     larger share of the HBM bandwidth than with every SM busy (up to its one-program Little's-law rate), so

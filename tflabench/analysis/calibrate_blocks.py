@@ -5,7 +5,8 @@ the whole GPU busy (aggregate rates, all SMs):
 
 * ``dot``: `tl.dot` FLOP/s at the tile shapes the kernels use, [M, K] x [K, N] with fp32 accumulation, the
   operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops,
-  with two pipeline stages (the next operands' loads in flight during this product) and with one;
+  with two pipeline stages (the next operands' loads in flight during this product) and with one (a
+  diagnosis the model does not use: two held-out runs rejected it, docs/performance-model.md);
 * ``pointwise``: fp32 element rates of the gate arithmetic on a tile: ``exp`` (with two multiply-adds, the
   shape of the gate matrix exp(b_i - b_j + ig_j)), plain multiply-add (the rescaling of tiles),
   ``row_reduce`` (a row max and a row sum with the subtraction and multiply-add that use them, what the
@@ -336,7 +337,7 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
     with one program per SM; the same with the left operand loaded once (``a_resident_flops_per_s``,
     ``a_resident_one_per_sm_flops_per_s``); all four with `sizes.dot_stages` pipeline stages, and again
     with one stage (``one_stage_`` prefixed: each product waits for its own operand loads, as in a kernel
-    that runs one stage)."""
+    that runs one stage, such as the reference's)."""
     slots = 64 if sizes.device == "cuda" else 2
     results = []
     for m, n, k, warps in sizes.dot_shapes:

@@ -7,7 +7,7 @@ shape, the chunk size and the tiling the kernels really use (`xl_chunk.Tiling.de
 Time of one launch with P programs on S SMs, r of them resident per SM (occupancy, `resident_programs`):
 
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
-    compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded, stages) + exp / exp_rate
+    compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded) + exp / exp_rate
                    + fma / fma_rate
                    [+ reductions / row_reduce_rate + row_sums / row_sum_rate, mLSTMexp, with a
                     calibration that has them]
@@ -29,7 +29,6 @@ its spills), the calibrated seconds per step of the nearest walk (`calibrate_blo
 
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
-timed in a loop of two pipeline stages, or of one for a launch of one stage (calibrations with those figures),
 and it (and the pointwise rates, where the calibration has their one-program-per-SM figures) interpolated
 in c between the calibration's one-program-per-SM and full-grid figures; r and the spills from the
 compiled kernels (compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling,
@@ -184,20 +183,17 @@ class Rates:
         return (one_per_sm + weight * (full - one_per_sm)) / self.sm_count
 
     def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float,
-                 streamed: int = 2, stages: int = 2) -> float:
+                 streamed: int = 2) -> float:
         """Per-SM FLOP/s of a [M, K] x [K, N] tile product: the calibrated shape nearest in log2 (M, N, K)
         (the same warp count preferred; of equally near ones the first in the calibration), its rate with
-        both operands loaded every time, or with ``streamed`` 1 its rate with the left operand on chip;
-        in a loop of one pipeline stage (``stages`` 1), its rate with one stage, each product waiting for
-        its own operand loads (calibrations without those figures: the pipelined rate)."""
+        both operands loaded every time, or with ``streamed`` 1 its rate with the left operand on chip
+        (calibrations without that figure: the first)."""
 
         def distance(dot: dict) -> tuple[float, int]:
             return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
 
         nearest = min(self.blocks["dot"], key=distance)
-        prefix = "one_stage_" if stages == 1 and "one_stage_flops_per_s" in nearest else ""
-        if streamed == 1 and f"{prefix}a_resident_flops_per_s" in nearest:
-            prefix += "a_resident_"
+        prefix = "a_resident_" if streamed == 1 and "a_resident_flops_per_s" in nearest else ""
         return self.per_sm(nearest[f"{prefix}flops_per_s"], nearest[f"{prefix}one_per_sm_flops_per_s"],
                            concurrency)
 
@@ -345,7 +341,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     concurrency = min(resident, per_sm)
     products = concurrency * launch.chains
     dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
-                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed, launch.stages)
+                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed)
                 for (m, n, k, streamed), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
@@ -840,27 +836,19 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
     its kernels (mLSTMsig) where the table has them."""
     tiling = reference_tiling(problem, chunk)
     gradient_tiling = dataclasses.replace(tiling, block_qk=reference_gradient_block(problem))
-    state_tiles = (tiling.state_block_qk, tiling.state_block_v)
-    gradient_tiles = (gradient_tiling.block_qk, tiling.block_v)
     launch_list = [
         _gate_launch(problem, chunk, tiling.block_state),
-        _padded_states(_recurrence_launch("states", problem, tiling, 4), problem, chunk, state_tiles),
-        _padded_states(_output_launch(problem, tiling, 4, reload_query=True, chains=1), problem, chunk,
-                       (tiling.block_qk, tiling.out_block_v)),
+        _recurrence_launch("states", problem, tiling, 4),
+        _output_launch(problem, tiling, 4, reload_query=True, chains=1),
     ]
     if problem.mode == "fwdbw":
         launch_list += [
             _gate_launch(problem, chunk, tiling.block_state),
-            _padded_states(_recurrence_launch("states (recomputed)", problem, tiling, 4), problem, chunk,
-                           state_tiles),
-            _padded_states(_recurrence_launch("state gradients", problem, tiling, 4, STATE_GRADS_KERNEL),
-                           problem, chunk, state_tiles),
-            _padded_states(_gradient_launch("dV", problem, tiling, 4, "reference"), problem, chunk,
-                           (tiling.block_qk, tiling.dv_block_v)),
-            _padded_states(_gradient_launch("dK", problem, gradient_tiling, 4, "reference"), problem, chunk,
-                           gradient_tiles),
-            _padded_states(_gradient_launch("dQ", problem, gradient_tiling, 4, "reference"), problem, chunk,
-                           gradient_tiles),
+            _recurrence_launch("states (recomputed)", problem, tiling, 4),
+            _recurrence_launch("state gradients", problem, tiling, 4, STATE_GRADS_KERNEL),
+            _gradient_launch("dV", problem, tiling, 4, "reference"),
+            _gradient_launch("dK", problem, gradient_tiling, 4, "reference"),
+            _gradient_launch("dQ", problem, gradient_tiling, 4, "reference"),
             _reference_gate_gradient_launch(problem),
         ]
     launch_list[2].loop_trips = _mean_causal_tiles(chunk, tiling.block_q, tiling.out_block_kv)  # its kv loop
@@ -869,25 +857,6 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
         launch.kernel = REFERENCE_KERNELS.get(launch.name, launch.kernel)
         launch.compiled = kernels.get(launch.kernel)
     return launch_list
-
-
-def _padded_states(launch: Launch, problem: Problem, chunk: int, tiles: tuple[int, int]) -> Launch:
-    """The reference's fp32 chunk states at the padded width of its [Dqk block, Dv block] state ``tiles``:
-    its boundary-checked block pointers move a masked tile at the cost of the whole tile, as our masked
-    pointer tiles do (results/{h100,h200}/launch-times-output-tiles), so at a head dim that its blocks do
-    not divide (96 in blocks of 64: 128) a launch storing the states (the recurrences) or loading them
-    (output, dV, dK, dQ) moves rows x chunks x padded Dqk x padded Dv x 4 bytes of them; unchanged where the
-    blocks divide the head dims. Held out: results/{h100,h200}/holdout-padded-states."""
-    block_qk, block_v = tiles
-    padded_qk = _blocks(problem.head_dim_qk, block_qk) * block_qk
-    padded_v = _blocks(problem.head_dim_v, block_v) * block_v
-    padding = padded_qk * padded_v - problem.head_dim_qk * problem.head_dim_v
-    extra = problem.rows * (problem.seq_len // chunk) * padding * 4
-    if launch.store_pattern == "state":
-        launch.store_bytes += extra
-    else:
-        launch.hbm_bytes += extra
-    return launch
 
 
 def _reference_gate_gradient_launch(problem: Problem) -> Launch:
