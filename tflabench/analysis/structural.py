@@ -7,7 +7,7 @@ shape, the chunk size and the tiling the kernels really use (`xl_chunk.Tiling.de
 Time of one launch with P programs on S SMs, r of them resident per SM (occupancy, `resident_programs`):
 
     n = ceil(P / S) programs on the busiest SM, c = min(r, n) of them at once
-    compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded) + exp / exp_rate
+    compute = n * (sum over dots of FLOPs / dot_rate(shape, c, operands loaded, stages) + exp / exp_rate
                    + fma / fma_rate
                    [+ reductions / row_reduce_rate + row_sums / row_sum_rate, mLSTMexp, with a
                     calibration that has them]
@@ -29,6 +29,7 @@ its spills), the calibrated seconds per step of the nearest walk (`calibrate_blo
 
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
+timed in a loop of two pipeline stages, or of one for a launch of one stage (calibrations with those figures),
 and it (and the pointwise rates, where the calibration has their one-program-per-SM figures) interpolated
 in c between the calibration's one-program-per-SM and full-grid figures; r and the spills from the
 compiled kernels (compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling,
@@ -183,17 +184,20 @@ class Rates:
         return (one_per_sm + weight * (full - one_per_sm)) / self.sm_count
 
     def dot_rate(self, shape: tuple[int, int, int], warps: int, concurrency: float,
-                 streamed: int = 2) -> float:
+                 streamed: int = 2, stages: int = 2) -> float:
         """Per-SM FLOP/s of a [M, K] x [K, N] tile product: the calibrated shape nearest in log2 (M, N, K)
         (the same warp count preferred; of equally near ones the first in the calibration), its rate with
-        both operands loaded every time, or with ``streamed`` 1 its rate with the left operand on chip
-        (calibrations without that figure: the first)."""
+        both operands loaded every time, or with ``streamed`` 1 its rate with the left operand on chip;
+        in a loop of one pipeline stage (``stages`` 1), its rate with one stage, each product waiting for
+        its own operand loads (calibrations without those figures: the pipelined rate)."""
 
         def distance(dot: dict) -> tuple[float, int]:
             return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
 
         nearest = min(self.blocks["dot"], key=distance)
-        prefix = "a_resident_" if streamed == 1 and "a_resident_flops_per_s" in nearest else ""
+        prefix = "one_stage_" if stages == 1 and "one_stage_flops_per_s" in nearest else ""
+        if streamed == 1 and f"{prefix}a_resident_flops_per_s" in nearest:
+            prefix += "a_resident_"
         return self.per_sm(nearest[f"{prefix}flops_per_s"], nearest[f"{prefix}one_per_sm_flops_per_s"],
                            concurrency)
 
@@ -341,7 +345,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     concurrency = min(resident, per_sm)
     products = concurrency * launch.chains
     dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
-                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed)
+                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed, launch.stages)
                 for (m, n, k, streamed), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
@@ -833,19 +837,21 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
     """mlstm_kernels' xl_chunk as it launches (its fw.py and bw.py): gate cumsums, state recurrence, output;
     backward: gate cumsums, states recomputed, state gradients, dV, dK, dQ (dQ and dK with head-dim blocks
     of `reference_gradient_block`) and its compiled gate-gradient kernel, with the compiled resources of
-    its kernels (mLSTMsig) where the table has them."""
+    its kernels (mLSTMsig) where the table has them; its recurrences at their padded tiles
+    (`_padded_problem`)."""
     tiling = reference_tiling(problem, chunk)
     gradient_tiling = dataclasses.replace(tiling, block_qk=reference_gradient_block(problem))
+    padded = _padded_problem(problem, tiling.state_block_qk, tiling.state_block_v)
     launch_list = [
         _gate_launch(problem, chunk, tiling.block_state),
-        _recurrence_launch("states", problem, tiling, 4),
+        _recurrence_launch("states", padded, tiling, 4),
         _output_launch(problem, tiling, 4, reload_query=True, chains=1),
     ]
     if problem.mode == "fwdbw":
         launch_list += [
             _gate_launch(problem, chunk, tiling.block_state),
-            _recurrence_launch("states (recomputed)", problem, tiling, 4),
-            _recurrence_launch("state gradients", problem, tiling, 4, STATE_GRADS_KERNEL),
+            _recurrence_launch("states (recomputed)", padded, tiling, 4),
+            _recurrence_launch("state gradients", padded, tiling, 4, STATE_GRADS_KERNEL),
             _gradient_launch("dV", problem, tiling, 4, "reference"),
             _gradient_launch("dK", problem, gradient_tiling, 4, "reference"),
             _gradient_launch("dQ", problem, gradient_tiling, 4, "reference"),
@@ -857,6 +863,15 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
         launch.kernel = REFERENCE_KERNELS.get(launch.name, launch.kernel)
         launch.compiled = kernels.get(launch.kernel)
     return launch_list
+
+
+def _padded_problem(problem: Problem, block_qk: int, block_v: int) -> Problem:
+    """``problem`` with its head dims rounded up to whole [block_qk, block_v] tiles: the reference's state
+    recurrences (boundary-checked block pointers) take the time of their padded tiles, loads and state
+    stores alike: at 80/80 and 96/96 in [64, 64] tiles within 6 % of the same number of tiles at 128/128
+    (results/{h100,h200}/launch-times-reference-heads)."""
+    return dataclasses.replace(problem, head_dim_qk=_blocks(problem.head_dim_qk, block_qk) * block_qk,
+                               head_dim_v=_blocks(problem.head_dim_v, block_v) * block_v)
 
 
 def _reference_gate_gradient_launch(problem: Problem) -> Launch:
