@@ -675,6 +675,44 @@ def test_products_with_the_left_operand_on_chip_take_that_rate(tmp_path, monkeyp
     assert after["states"].compute_s == before["states"].compute_s
 
 
+def test_launches_of_one_stage_take_the_one_stage_product_rates(tmp_path, monkeypatch):
+    """With a calibration that times products in a loop of one stage (``one_stage_*``, made 2x slower
+    here), the reference's launches (one stage) take those rates and our pipelined output launch keeps the
+    two-stage ones; without them (the fixture) every launch takes the two-stage rates."""
+    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
+    calibration["blocks"]["dot"] = [dict(dot, one_stage_flops_per_s=dot["flops_per_s"] / 2,
+                                         one_stage_one_per_sm_flops_per_s=dot["one_per_sm_flops_per_s"] / 2)
+                                    for dot in calibration["blocks"]["dot"]]
+    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
+    ours, reference = (next(launch for launch in structural.launches(FIG4, algorithm, 256)
+                            if launch.name == "output") for algorithm in ("xl_chunk", "reference"))
+    assert ours.stages >= 2 and reference.stages == 1
+
+    def times():
+        rates = structural.load_rates("h100-sxm")
+        return [structural.launch_time(launch, rates) for launch in (ours, reference)]
+
+    before = times()
+    monkeypatch.setenv(hardware.CALIBRATION_DIR_ENV, str(tmp_path))
+    after = times()
+    assert after[0].compute_s == before[0].compute_s
+    assert after[1].compute_s > before[1].compute_s
+
+
+@pytest.mark.parametrize("dims, padded", [((80, 80), (128, 128)), ((96, 96), (128, 128)),
+                                          ((48, 96), (64, 128)), ((128, 128), (128, 128))])
+def test_the_references_recurrences_move_their_padded_tiles(dims, padded):
+    """The reference's recurrences are priced at the head dims rounded up to whole [64, 64] state tiles
+    (loads of k and v, fp32 state stores); its output launch keeps the real head dims' bytes."""
+    problem = structural.Problem(8, 4096, 16, *dims, mode="fwdbw")
+    by_name = {launch.name: launch for launch in structural.launches(problem, "reference", 128)}
+    for name in ("states", "states (recomputed)", "state gradients"):
+        assert by_name[name].hbm_bytes == problem.rows * 4096 * sum(padded) * 2, name
+    assert by_name["states"].store_bytes == problem.rows * (4096 // 128) * padded[0] * padded[1] * 4
+    states = (4096 // 128) * dims[0] * dims[1] * 4
+    assert by_name["output"].hbm_bytes == problem.rows * (4096 * (2 * dims[0] + dims[1]) * 2 + states)
+
+
 def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeypatch):
     """A state recurrence of 32 programs (B = 1, 32 x 64/64) on 132 SMs: each of the 32 busy SMs gets a
     larger share of the HBM bandwidth than with every SM busy (up to its one-program Little's-law rate), so

@@ -37,8 +37,9 @@ else a rule. A pass is the sum of its launches.
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
 (the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk as its launchers launch it:
-its own tiles and backward order, fp32 states, one pipeline stage, its compiled registers from the same
-table, `--reference-table`). Equations, occupancy rule and limits: docs/performance-model.md.
+its own tiles and backward order, fp32 states, one pipeline stage, its recurrences at their padded state
+tiles, its compiled registers from the same table, `--reference-table`). Equations, occupancy rule and
+limits: docs/performance-model.md.
 """
 
 from __future__ import annotations
