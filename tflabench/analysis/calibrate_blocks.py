@@ -5,8 +5,8 @@ the whole GPU busy (aggregate rates, all SMs):
 
 * ``dot``: `tl.dot` FLOP/s at the tile shapes the kernels use, [M, K] x [K, N] with fp32 accumulation, the
   operands loaded from global memory (an L2-resident buffer) every iteration as in the kernels' loops,
-  with two pipeline stages (the next operands' loads in flight during this product) and with one (a
-  diagnosis the model does not use: two held-out runs rejected it, docs/performance-model.md);
+  with two pipeline stages (the next operands' loads in flight during this product) and with one (the
+  rate the model gives launches of one stage, such as the reference's);
 * ``pointwise``: fp32 element rates of the gate arithmetic on a tile: ``exp`` (with two multiply-adds, the
   shape of the gate matrix exp(b_i - b_j + ig_j)), plain multiply-add (the rescaling of tiles),
   ``row_reduce`` (a row max and a row sum with the subtraction and multiply-add that use them, what the
