@@ -653,16 +653,22 @@ def test_independent_product_chains_count_as_programs_for_the_product_rate():
     assert all(item.chains == 1 for item in reference)
 
 
+def _write_scaled_dot_rates(directory: Path, prefix: str, factor: float) -> None:
+    """The fixture calibration as ``directory``/h100-sxm.json with each product's two rates also under
+    ``prefix`` (``a_resident_``, ``one_stage_``), ``factor`` times the plain ones."""
+    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
+    for dot in calibration["blocks"]["dot"]:
+        for tag in ("", "one_per_sm_"):
+            dot[f"{prefix}{tag}flops_per_s"] = factor * dot[f"{tag}flops_per_s"]
+    (directory / "h100-sxm.json").write_text(json.dumps(calibration))
+
+
 def test_products_with_the_left_operand_on_chip_take_that_rate(tmp_path, monkeypatch):
     """With a calibration that times products whose left operand stays on chip (``a_resident_*``, made 3x
     faster here), our output kernel's key-tile products (query block and score tile on chip) take it and
     the state recurrence's K^T V (both operands loaded every step) does not; without it (the fixture) both
     keep the rate with both operands loaded."""
-    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
-    calibration["blocks"]["dot"] = [dict(dot, a_resident_flops_per_s=3 * dot["flops_per_s"],
-                                         a_resident_one_per_sm_flops_per_s=3 * dot["one_per_sm_flops_per_s"])
-                                    for dot in calibration["blocks"]["dot"]]
-    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
+    _write_scaled_dot_rates(tmp_path, "a_resident_", 3.0)
     launches = {launch.name: launch for launch in structural.launches(FIG4, "xl_chunk", 256)}
     assert {streamed for *_, streamed in launches["output"].dots} == {1, 2}
     assert {streamed for *_, streamed in launches["states"].dots} == {2}
@@ -679,11 +685,7 @@ def test_launches_of_one_stage_take_the_one_stage_product_rates(tmp_path, monkey
     """With a calibration that times products in a loop of one stage (``one_stage_*``, made 2x slower
     here), the reference's launches (one stage) take those rates and our pipelined output launch keeps the
     two-stage ones; without them (the fixture) every launch takes the two-stage rates."""
-    calibration = json.loads((FIXTURES / "calibration" / "h100-sxm.json").read_text())
-    calibration["blocks"]["dot"] = [dict(dot, one_stage_flops_per_s=dot["flops_per_s"] / 2,
-                                         one_stage_one_per_sm_flops_per_s=dot["one_per_sm_flops_per_s"] / 2)
-                                    for dot in calibration["blocks"]["dot"]]
-    (tmp_path / "h100-sxm.json").write_text(json.dumps(calibration))
+    _write_scaled_dot_rates(tmp_path, "one_stage_", 0.5)
     ours, reference = (next(launch for launch in structural.launches(FIG4, algorithm, 256)
                             if launch.name == "output") for algorithm in ("xl_chunk", "reference"))
     assert ours.stages >= 2 and reference.stages == 1
