@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tflabench.analysis import model_check, structural
+from tflabench.analysis import hardware, model_check, model_limits, structural
 from tflabench.analysis.commands import JsonFlag, _console, _echo_json, _table
 from tflabench.analysis.run_data import load_run
 
@@ -31,21 +31,34 @@ def predict(
              "(the forward's states kept for the backward); default: their measured default.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Predicted time of our kernels per (algorithm, chunk size) from the GPU's calibration, and the best."""
+    """Predicted time of our kernels per (algorithm, chunk size) from the GPU's calibration, and the best;
+    each with the model's known weak points it falls into and what committed runs of those measured."""
     problem = structural.Problem(batch, seq_len, heads, head_dim_qk, head_dim_v, variant=variant, mode=mode)
     rates = structural.load_rates(gpu)
+    gpu_key = hardware.get_gpu(gpu).key
     fields = structural.tiling_fields(tiling)
     predictions = structural.predict_all(problem, rates, tiling=fields)
     references = structural.predict_all(problem, rates, ("reference",)) if reference else []
+    weak = {(p.algorithm, p.chunk): model_limits.weak_points(problem, p.algorithm, p.chunk, fields)
+            for p in [*predictions, *references]}
+    classes = [model_limits.COVERED, *(name for name in model_limits.WEAK_POINTS
+                                       if any(name in found for found in weak.values()))]
     if as_json:
+        def prediction_json(prediction):
+            return _prediction_json(prediction) | {"weak_points": list(weak[prediction.algorithm,
+                                                                              prediction.chunk])}
+
         _echo_json({
             "gpu": gpu,
             "calibration": rates.source,
             "problem": problem.__dict__,
             "tiling": tiling or "default",
-            "predictions": [_prediction_json(p) for p in predictions],
-            "best": _prediction_json(predictions[0]),
-            "reference": [_prediction_json(p) for p in references],
+            "predictions": [prediction_json(p) for p in predictions],
+            "best": prediction_json(predictions[0]),
+            "reference": [prediction_json(p) for p in references],
+            "weak_points": {name: {"description": model_limits.WEAK_POINTS.get(name, "in none of the others"),
+                                   "measured_ratios": model_limits.measured_ratios(gpu_key, name)}
+                            for name in classes},
         })
         return
     console = _console()
@@ -53,15 +66,20 @@ def predict(
                   f"Dqk={head_dim_qk}, Dv={head_dim_v}; tiling {tiling or 'default'}; structural model, "
                   f"{rates.source}")
     table = _table("Predicted time per (algorithm, chunk size), fastest first",
-                   ["algorithm", "L", "ms", "x best", "slowest launch"], left=("algorithm", "slowest launch"))
+                   ["algorithm", "L", "ms", "x best", "slowest launch", "weak points"],
+                   left=("algorithm", "slowest launch", "weak points"))
     best = predictions[0].ms
     for prediction in [*predictions, *references]:
         slowest = max(prediction.launches, key=lambda launch: launch.seconds)
         table.add_row(prediction.algorithm, str(prediction.chunk), f"{prediction.ms:.3f}",
-                      f"{prediction.ms / best:.2f}", f"{slowest.name} {slowest.seconds * 1e3:.3f} ms")
+                      f"{prediction.ms / best:.2f}", f"{slowest.name} {slowest.seconds * 1e3:.3f} ms",
+                      ", ".join(weak[prediction.algorithm, prediction.chunk]) or "-")
     console.print(table)
     console.print(f"predicted best: {predictions[0].algorithm} at L = {predictions[0].chunk} "
                   f"({best:.3f} ms)")
+    console.print("How far the model was off before, by class (docs/performance-model.md#known-weak-points):")
+    for name in classes:
+        console.print(f"  {model_limits.describe(gpu_key, name)}")
 
 
 def _prediction_json(prediction: structural.Prediction) -> dict:
