@@ -69,3 +69,14 @@ def test_predict_names_the_weak_points_and_their_measured_ratios():
     assert payload["weak_points"][model_limits.COVERED]["measured_ratios"]["rows"] > 0
     code, out, _ = run_cli(args)
     assert code == 0 and "masked:" in out and "committed rows on h200" in out
+
+
+def test_optimal_chunk_names_the_weak_points_of_its_best_chunk_size():
+    args = ["optimal-chunk", "--gpu", "h200", "--head-dim-v", "96", "--qk-ratio", "1"]
+    payload = json.loads(run_cli([*args, "--json"])[1])
+    assert all("masked" in result["weak_points"] for result in payload["structural"]["variants"].values())
+    code, out, _ = run_cli(args)
+    assert code == 0 and "known weak point at L*: masked" in out
+    powers_of_two = json.loads(run_cli(["optimal-chunk", "--gpu", "h200", "--head-dim-v", "128",
+                                        "--qk-ratio", "1", "--json"])[1])
+    assert all(result["weak_points"] == [] for result in powers_of_two["structural"]["variants"].values())

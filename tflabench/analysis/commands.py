@@ -12,7 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tflabench.analysis import hardware
+from tflabench.analysis import hardware, model_limits
 from tflabench.analysis import optimal_chunk as oc
 from tflabench.analysis.hardware import GPU, Ceilings
 from tflabench.analysis.roofline import RooflinePoint, roofline_point
@@ -274,8 +274,10 @@ def _structural_report(device: GPU, choice: str, model: dict, problem: dict, siz
         if not runtimes:
             raise InputError(f"no chunk size in {sizes} runs at seq_len={problem['seq_len']}")
         best = min(runtimes, key=lambda row: row["ms"])
-        variants[variant] = {"best_chunk": best["chunk_size"], "best_ms": best["ms"], "runtime_ms": runtimes}
-    return {"calibration": rates.source, "algorithm": "xl_chunk", "variants": variants}
+        variants[variant] = {"best_chunk": best["chunk_size"], "best_ms": best["ms"], "runtime_ms": runtimes,
+                             "weak_points": list(model_limits.weak_points(shape, "xl_chunk",
+                                                                          best["chunk_size"]))}
+    return {"calibration": rates.source, "gpu": device.key, "algorithm": "xl_chunk", "variants": variants}
 
 
 def _print_structural(console: Console, report: dict) -> None:
@@ -290,6 +292,9 @@ def _print_structural(console: Console, report: dict) -> None:
     for L, times in by_chunk.items():
         table.add_row(str(L), *(f"{times[v]:.3f}" if v in times else "-" for v in STRUCTURAL_VARIANTS))
     console.print(table)
+    weak = dict.fromkeys(name for result in report["variants"].values() for name in result["weak_points"])
+    for name in weak:
+        console.print(f"known weak point at L*: {model_limits.describe(report['gpu'], name)}")
     console.print("paper's model (Eq. 116/121), beside it:")
 
 
