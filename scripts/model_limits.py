@@ -1,8 +1,8 @@
 """Write tflabench/analysis/model_limits.json: per GPU and class of `model_limits.WEAK_POINTS` (and
 ``covered``, the rows in none), the predicted / measured ratios of the committed rows the structural model
 covers (every run under results/ with a meta.json whose kernels version the model reproduces, as
-`tflabench model-check` checks them). Run after a
-change of the model or of a calibration; `tflabench predict` quotes the file.
+`tflabench model-check` checks them). Run after a change of the model or of a calibration; `tflabench
+predict` quotes the file.
 
     python scripts/model_limits.py
 """
@@ -12,7 +12,7 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-from tflabench.analysis import model_check, model_limits, structural
+from tflabench.analysis import model_check, model_limits
 from tflabench.analysis.run_data import committed_run_dirs, load_run, runs_by_gpu
 from tflabench.errors import InputError
 
@@ -20,15 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 
 
-def _row_classes(check: model_check.RowCheck, version: str | None) -> tuple[str, ...]:
-    """The weak-point classes of one checked row (its shape, algorithm, chunk size and tiling as run)."""
-    variant = "exp" if ".mlstm_exp." in check.kernel else "sig"
-    batch, seq_len, heads, dqk, dv, mode = check.group[3:]
-    problem = structural.Problem(int(batch), int(seq_len), int(heads), int(dqk), int(dv), variant=variant,
-                                 mode=str(mode))
-    fields = (model_check.row_tiling(version, variant, check.tiling, (int(dqk), int(dv)))
-              if check.algorithm != "reference" else None)
-    return model_limits.weak_points(problem, check.algorithm, check.chunk, fields) or (model_limits.COVERED,)
+def _row_classes(check: model_check.RowCheck) -> tuple[str, ...]:
+    """The weak-point classes of one checked row (its problem, algorithm, chunk size and tiling as
+    predicted)."""
+    return (model_limits.weak_points(check.problem, check.algorithm, check.chunk, check.fields)
+            or (model_limits.COVERED,))
 
 
 def collect() -> dict[str, dict[str, list[float]]]:
@@ -38,7 +34,6 @@ def collect() -> dict[str, dict[str, list[float]]]:
         run = load_run(run_dir)
         if model_check.modelled_tilings(run) != "as run":
             continue  # kernels of a version the model does not reproduce (today's tilings stand in)
-        version = model_check.kernels_version(run)
         for _, part in runs_by_gpu(run):
             try:
                 rates = model_check.run_rates(part)
@@ -46,7 +41,7 @@ def collect() -> dict[str, dict[str, list[float]]]:
                 continue
             gpu_key = rates.source.removeprefix("calibration ")
             for check in model_check.check_rows(part, rates):
-                for name in _row_classes(check, version):
+                for name in _row_classes(check):
                     ratios[gpu_key][name].append(check.ratio)
     return ratios
 

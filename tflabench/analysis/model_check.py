@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -32,7 +32,8 @@ SHAPE_KEYS = ("batch", "seq_len", "heads", "head_dim_qk", "head_dim_v", "mode")
 
 @dataclass(frozen=True)
 class RowCheck:
-    """One measured row with its prediction."""
+    """One measured row with its prediction, and the problem and tiling fields (the row's kernels version's
+    defaults with its own tiling, `row_tiling`) it was predicted with."""
 
     kernel: str
     tiling: str | None
@@ -42,6 +43,8 @@ class RowCheck:
     chunk: int
     measured_ms: float
     predicted_ms: float
+    problem: structural.Problem = field(compare=False)
+    fields: dict | None = field(compare=False)
 
     @property
     def ratio(self) -> float:
@@ -170,7 +173,7 @@ def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
         gpu = str(row["gpu"])
         group = (str(row["kernel"]), tiling, gpu, *(row[key] for key in SHAPE_KEYS))
         checks.append(RowCheck(str(row["kernel"]), tiling, gpu, group, algorithm, chunk,
-                               float(row["time_ms"]), predicted.ms))
+                               float(row["time_ms"]), predicted.ms, problem, fields))
     return checks
 
 
