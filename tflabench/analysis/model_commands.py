@@ -56,7 +56,7 @@ def predict(
             "predictions": [prediction_json(p) for p in predictions],
             "best": prediction_json(predictions[0]),
             "reference": [prediction_json(p) for p in references],
-            "weak_points": {name: {"description": model_limits.WEAK_POINTS.get(name, "in none of the others"),
+            "weak_points": {name: {"description": model_limits.description(name),
                                    "measured_ratios": model_limits.measured_ratios(gpu_key, name)}
                             for name in classes},
         })

@@ -99,9 +99,14 @@ def measured_ratios(gpu_key: str, name: str) -> dict | None:
     return _limits().get("gpus", {}).get(gpu_key, {}).get(name)
 
 
+def description(name: str) -> str:
+    """What the class ``name`` (a `WEAK_POINTS` key or `COVERED`) is."""
+    return WEAK_POINTS.get(name, "in none of the known weak points")
+
+
 def describe(gpu_key: str, name: str) -> str:
     """One line: what the class is and what its committed rows measured against the model on the GPU."""
-    what = WEAK_POINTS.get(name, "in none of the known weak points")
+    what = description(name)
     ratios = measured_ratios(gpu_key, name)
     if ratios is None:
         return f"{name}: {what}; no committed row of it on {gpu_key}"
