@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Our TFLA forward at the Fig. 4 configuration, a few calls, for Nsight Compute to profile (GPU).
+"""Our TFLA forward (or forward and backward) at a shape, a few calls, for Nsight Compute to profile (GPU).
 
 `tflabench sweep` (scripts/bench_tfla_vs_reference.py) says how long a forward pass takes; this says how
 its launches (gate sums, chunk states, outputs) share it, and why. Run it under ncu, which replays the
@@ -9,8 +9,13 @@ profiled launch once per counter pass (leave the clocks alone, as the device lib
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \\
         --section WarpStateStats python scripts/profile_forward.py --variant sig --tiling default
 
-B 8, T 8192, 16 heads, Dqk 128 / Dv 256, bf16, at the chunk size and tiling given (a tiling of
-`tflabench/kernels/mlstm/tilings.py`: a name or FIELD=VALUE,... overrides).
+By default B 8, T 8192, 16 heads, Dqk 128 / Dv 256 (Fig. 4), bf16, at the chunk size and tiling given (a
+tiling of `tflabench/kernels/mlstm/tilings.py`: a name or FIELD=VALUE,... overrides); ``--mode fwdbw`` adds
+the backward of each call (its dQ, dK and dV kernels), and the shape options set another shape:
+
+    ncu --clock-control none --kernel-name regex:"chunk_(outputs|dq|dk)_kernel" --launch-skip 6 \\
+        --launch-count 3 --section WarpStateStats python scripts/profile_forward.py --mode fwdbw \\
+        --batch 16 --seq-len 4096 --heads 24 --head-dim-qk 96 --head-dim-v 96 --chunk 64
 """
 
 from __future__ import annotations
@@ -40,21 +45,28 @@ def make_inputs(batch, seq_len, heads, head_dim_qk, head_dim_v, seed=0):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name, default in CONFIG.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--variant", choices=("sig", "exp"), default="sig")
+    parser.add_argument("--mode", choices=("fwd", "fwdbw"), default="fwd")
     parser.add_argument("--chunk", type=int, default=128)
     parser.add_argument("--tiling", default="default")
-    parser.add_argument("--calls", type=int, default=3, help="forward calls (the first compiles)")
+    parser.add_argument("--calls", type=int, default=3, help="calls (the first compiles)")
     args = parser.parse_args()
+    shape = {name: getattr(args, name) for name in CONFIG}
     options = {} if args.tiling == "default" else launch_options(
-        "xl_chunk", args.tiling, chunk=args.chunk, head_dim_qk=CONFIG["head_dim_qk"],
-        head_dim_v=CONFIG["head_dim_v"], variant=args.variant)
-    inputs = make_inputs(**CONFIG)
-    with torch.no_grad():
+        "xl_chunk", args.tiling, chunk=args.chunk, head_dim_qk=shape["head_dim_qk"],
+        head_dim_v=shape["head_dim_v"], variant=args.variant)
+    backward = args.mode == "fwdbw"
+    inputs = tuple(x.requires_grad_(backward) for x in make_inputs(**shape))
+    with torch.set_grad_enabled(backward):
         for _ in range(args.calls):
-            mlstm_xl_chunk(*inputs, variant=args.variant, chunk_size=args.chunk, normalize=False, eps=1e-6,
-                           **options)
+            h = mlstm_xl_chunk(*inputs, variant=args.variant, chunk_size=args.chunk, normalize=False,
+                               eps=1e-6, **options)
+            if backward:
+                torch.autograd.grad(h, inputs, torch.ones_like(h))
     torch.cuda.synchronize()
-    print(f"{args.calls} forward calls of {args.variant} L={args.chunk} tiling {args.tiling}: {CONFIG}")
+    print(f"{args.calls} {args.mode} calls of {args.variant} L={args.chunk} tiling {args.tiling}: {shape}")
 
 
 if __name__ == "__main__":
