@@ -52,9 +52,20 @@ def summaries(ratios: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, 
             for gpu, classes in sorted(ratios.items())}
 
 
+#: what the ratios depend on besides the committed runs: the model's code, its compiled-resources table and
+#: the calibrations (the commit that last changed one of them names the model the file was computed with)
+MODEL_INPUTS = ("tflabench/analysis/structural.py", "tflabench/analysis/compiled_resources.json",
+                "results/calibration")
+
+
+def model_commit() -> str:
+    """The short hash of the last commit that changed one of `MODEL_INPUTS`."""
+    return subprocess.run(["git", "log", "-1", "--format=%h", "--", *MODEL_INPUTS], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def main() -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = model_commit()
     table = {"command": "python scripts/model_limits.py", "commit": commit, "gpus": summaries(collect())}
     path = Path(model_limits.__file__).with_name(model_limits.LIMITS_FILE)
     path.write_text(json.dumps(table, indent=1) + "\n")
