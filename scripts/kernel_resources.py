@@ -53,7 +53,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tflabench.errors import InputError
 
-HOPPER = GPUTarget("cuda", 90, 128)
+HOPPER = GPUTarget("cuda", 90, 32)
 SHARED_LIMIT_KB = 227
 HOPPER_SMS = 132  # H100 SXM and H200: programs per SM of a grid
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -105,6 +105,9 @@ def _compile_arguments(launch: Launch) -> tuple[dict, dict, dict]:
             signature[param.name] = f"tensordesc<{POINTER_TYPES[value.base.dtype][1:]}[{block}]>"
         elif isinstance(value, bool):
             signature[param.name] = "i1"
+        elif isinstance(value, int) and value == 1 and param.name not in excluded and index not in excluded:
+            signature[param.name] = "constexpr"  # the JIT compiles an integer 1 in as a constant
+            constexprs[param.name] = 1
         elif isinstance(value, int):
             signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
             if value % 16 == 0 and param.name not in excluded and index not in excluded:

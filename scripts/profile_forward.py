@@ -36,16 +36,17 @@ CONFIG = dict(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256)
 
 
 def make_inputs(batch, seq_len, heads, head_dim_qk, head_dim_v, seed=0):
-    """Random bf16 inputs [B, T, H, D] and gates [B, T, H], the forget gates mostly open."""
+    """Random bf16 inputs [B, T, H, D] and fp32 gates [B, T, H] (the harness's dtypes,
+    `bench.references.random_inputs`: the gates' dtype changes the compiled kernels), the forget gates mostly
+    open."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
 
     def randn(*shape):
-        return torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
+        return torch.randn(*shape, device="cuda", generator=gen)
 
-    q, k = randn(batch, seq_len, heads, head_dim_qk), randn(batch, seq_len, heads, head_dim_qk)
-    v, i = randn(batch, seq_len, heads, head_dim_v), randn(batch, seq_len, heads)
-    f = (randn(batch, seq_len, heads).float() + 3.0).to(torch.bfloat16)
-    return q, k, v, i, f
+    q, k = (randn(batch, seq_len, heads, head_dim_qk).to(torch.bfloat16) for _ in range(2))
+    v = randn(batch, seq_len, heads, head_dim_v).to(torch.bfloat16)
+    return q, k, v, randn(batch, seq_len, heads), randn(batch, seq_len, heads) + 3.0
 
 
 def main() -> None:
