@@ -51,3 +51,44 @@ def test_the_reference_kernels_launches_are_captured_and_compiled():
     output = rows["mlstm_siging_chunkwise__parallel_fw_Hintra_kernel"]
     warps, stages, _shared_kb, registers = output[:4]
     assert (warps, stages) == ("4", "1") and 0 < int(registers) <= 255
+
+
+
+#: run without the interpreter (its kernels are not JIT functions): the integer arguments of mLSTMsig's fused
+#: forward at 16 heads (the gates' head stride is 1, their time stride 16) as `kernel_resources` compiles them
+#: and as the JIT specializes them (`native_specialize_impl`), one line per argument
+SPECIALIZATIONS = """
+import argparse, sys
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import BaseBackend
+sys.path.insert(0, sys.argv[1])
+import kernel_resources
+args = argparse.Namespace(dqk=64, dv=64, chunk=64, variant="sig", algorithm="fused_chunk", limit=False,
+                          batch=2, heads=16, seq=None, set=[])
+launch = next(item for item in kernel_resources._launches(args)
+              if item.kernel.fn.__name__ == "fused_forward_kernel")
+signature, constexprs, attributes = kernel_resources._compile_arguments(launch)
+excluded = set(launch.kernel.do_not_specialize or ())
+for index, param in enumerate(launch.kernel.params):
+    value = launch.arguments[param.name]
+    if not param.is_constexpr and type(value) is int:
+        specialize = param.name not in excluded and index not in excluded
+        kind, divisibility = native_specialize_impl(BaseBackend, value, False, specialize, specialize)
+        ours = signature[param.name], constexprs.get(param.name), (index,) in attributes
+        print(param.name, value, kind, divisibility or "-", *ours)
+"""
+
+
+def test_integer_arguments_are_specialized_as_the_jit_specializes_them():
+    """An integer 1 is compiled in as a constant and a multiple of 16 gets its divisibility, as the JIT does
+    at launch: otherwise the table's kernels are not the ones that run."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    lines = subprocess.run([sys.executable, "-c", SPECIALIZATIONS, str(SCRIPT.parent)], capture_output=True,
+                           text=True, env=env, timeout=600, check=True).stdout.splitlines()
+    rows = [line.split() for line in lines]
+    assert any(value == "1" for _, value, *_ in rows)  # the gates' head stride
+    for name, _value, kind, divisibility, signature, constant, divisible in rows:
+        if kind == "constexpr":
+            assert (signature, constant) == ("constexpr", "1"), name
+        else:
+            assert signature == kind and (divisible == "True") == (divisibility == "D"), name
