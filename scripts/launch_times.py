@@ -13,7 +13,9 @@ Triton kernel they run. Kernels of torch operations (the gate gradients, casts) 
 ``--algorithm reference`` times mlstm_kernels' mLSTMsig xl_chunk instead (on contiguous head-first copies, as
 the harness calls it), beside the model of the reference's launches.
 
-Inputs: bf16 randn, forget-gate pre-activations shifted by +3 (`profile_forward.make_inputs`).
+Inputs: bf16 randn q, k, v and fp32 gates, forget-gate pre-activations shifted by +3
+(`profile_forward.make_inputs`; the per-launch times committed before fp32 gates were measured with bf16
+gates, which change only TFLA's `gate_cumsum_kernel`: results/perf-log.md).
 """
 
 from __future__ import annotations
