@@ -39,6 +39,15 @@ def test_the_output_launch_follows_the_kernels_tiling():
     assert output.warps == tiling.out_num_warps and output.stages == tiling.out_num_stages
 
 
+def test_the_dv_launch_takes_its_own_stages_and_the_others_keep_theirs():
+    problem, default = dataclasses.replace(FIG4, mode="fwdbw"), Tiling.default(128, 128, 256)
+    for fields, dv_stages in (({}, default.num_stages), ({"dv_num_stages": 1}, 1)):
+        stages = {item.name: item.stages for item in structural.launches(problem, "xl_chunk", 128, fields)}
+        assert stages["dV"] == dv_stages and stages["dQ"] == stages["dK"] == default.num_stages
+    with pytest.raises(InputError, match="dv_num_stages"):
+        dataclasses.replace(default, dv_num_stages=-1).check(128, 256)
+
+
 def test_the_fused_forward_follows_its_tiling_and_the_backward_is_tflas():
     problem = structural.Problem(8, 8192, 16, 128, 256, mode="fwdbw")
     launches = structural.launches(problem, "fused_chunk", 64)

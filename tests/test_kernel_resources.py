@@ -38,6 +38,9 @@ def test_a_tiling_change_reaches_the_compiled_kernel():
     default = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32")
     wider = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32", "--set", "num_warps=8")
     assert default["chunk_dq_kernel"][0] == "4" and wider["chunk_dq_kernel"][0] == "8"
+    one_stage = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32", "--set", "dv_num_stages=1")
+    assert default["chunk_dv_kernel"][1] == "2" and one_stage["chunk_dv_kernel"][1] == "1"
+    assert one_stage["chunk_dq_kernel"][1] == "2"  # the dV kernel's stages alone
 
 
 def test_the_reference_kernels_launches_are_captured_and_compiled():

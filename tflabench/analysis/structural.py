@@ -627,7 +627,8 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
             out_block, out_dim, loop_block, loop_dim = t.dv_block_v, p.head_dim_v, t.block_qk, p.head_dim_qk
     loop_blocks = _blocks(loop_dim, loop_block)
     programs = _blocks(out_dim, out_block) * (t.chunk // rows) * chunks * p.rows
-    launch = Launch(name, programs, t.num_warps, t.num_stages, rows * (out_block + partner),
+    stages = t.dv_stages if name == "dV" else t.num_stages
+    launch = Launch(name, programs, t.num_warps, stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
                     kernel=f"chunk_{name.lower()}_kernel")
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks, streamed=2 if loop_blocks > 1 else 1)

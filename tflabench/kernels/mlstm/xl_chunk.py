@@ -47,7 +47,8 @@ class Tiling:
     for all of them). out_prefix_max: mLSTMexp's output kernel takes its stabilizer m_comb from a prefix max
     of the log gates that the gate kernel writes (one exp per score, no rescaling) instead of an online max
     over its key/value tiles. dv_block_v: the same choice for the backward's dV kernel (each program
-    recomputes K Q^T for its dv_block_v columns of dV). out_tma: the output kernel moves q, k, v, h and the
+    recomputes K Q^T for its dv_block_v columns of dV), and dv_num_stages its pipeline stages (0: num_stages,
+    as in the kernels before it was a field of its own). out_tma: the output kernel moves q, k, v, h and the
     state tiles through tensor descriptors (Hopper's bulk copies, `triton_fwd.token_source`) instead of
     pointer tiles, where the tensors and blocks allow it (`_tma_ready`); bwd_tma: the dQ, dK and dV kernels
     theirs.
@@ -82,6 +83,7 @@ class Tiling:
     out_tma: bool = False
     bwd_tma: bool = False
     dv_block_v: int = 64
+    dv_num_stages: int = 0
     state_num_warps: int = 4
     state_num_stages: int = 1
     fused_dkdv: bool = False
@@ -90,6 +92,11 @@ class Tiling:
     dkdv_num_stages: int = 1
     fused_dq: bool = False
     fused_gate_grads: bool = False
+
+    @property
+    def dv_stages(self) -> int:
+        """Pipeline stages of the dV kernel."""
+        return self.dv_num_stages or self.num_stages
 
     def uses_fused_dkdv(self, head_dim_qk: int, head_dim_v: int) -> bool:
         powers_of_two = not (head_dim_qk & (head_dim_qk - 1) or head_dim_v & (head_dim_v - 1))
@@ -206,6 +213,8 @@ class Tiling:
         if self.chunk % self.dkdv_block_kv or self.block_q % self.out_block_kv:
             raise InputError(f"tiling: dkdv_block_kv ({self.dkdv_block_kv}) must divide the chunk "
                              f"({self.chunk}), out_block_kv ({self.out_block_kv}) must divide block_q")
+        if self.dv_num_stages < 0:
+            raise InputError(f"tiling: dv_num_stages must be >= 0 (0: num_stages), got {self.dv_num_stages}")
         if self.out_q_tiles < 1 or self.chunk % (self.block_q * self.out_q_tiles):
             raise InputError(f"tiling: out_q_tiles ({self.out_q_tiles}) query tiles of {self.block_q} must "
                              f"divide the chunk ({self.chunk})")
@@ -449,8 +458,8 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
         triton_bwd.chunk_dv_kernel[grid](
             q_src, k_src, dh_src, *gates, dc_src, dv_dst,
             *token_strides(q), *token_strides(k), *token_strides(dh), *token_strides(dv),
-            T, H, NC, qk_scale, **tiles, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags, **launch,
-            TMA=tma,
+            T, H, NC, qk_scale, **tiles, **dims, **(blocks | {"BV": tiling.dv_block_v}), **flags,
+            **(launch | {"num_stages": tiling.dv_stages}), TMA=tma,
         )
     if tiling.fused_gate_grads:
         di, df = _gate_grads(q_dq, k_dk, i, f, fwd.c_last, dc_last, sig)
