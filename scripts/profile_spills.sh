@@ -22,5 +22,6 @@ for config in "${CONFIGS[@]}"; do
     --head-dim-v $dv --chunk $chunk --tiling $tiling --batch $batch --seq-len $seq --heads $heads --calls 2 \
     > $D/ncu/$name.csv 2> $D/ncu/$name.err
   echo "$name rc $?"
+  gzip -9 $D/ncu/$name.csv  # read gzipped by scripts/spill_profile_table.py
 done
 tar czf $OUT/spills.tgz -C /tmp spills

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import io
 from pathlib import Path
 
@@ -35,8 +36,9 @@ LOCAL = "l1tex__t_{}_pipe_lsu_mem_local_op_{}{}.sum"
 
 
 def metrics(path: Path) -> dict[str, float]:
-    """Metric name -> value of the one profiled launch in an `ncu --csv --page details` file."""
-    lines = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith('"'))
+    """Metric name -> value of the one profiled launch in a gzipped `ncu --csv --page details` file."""
+    text = gzip.decompress(path.read_bytes()).decode()
+    lines = "".join(line for line in text.splitlines(keepends=True) if line.startswith('"'))
     values = {}
     for row in csv.DictReader(io.StringIO(lines)):
         try:
@@ -73,7 +75,7 @@ def row(name: str, measured: dict[str, float], rates: structural.Rates) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path, help="a profile-spills folder (its ncu/ CSV files)")
+    parser.add_argument("run", type=Path, help="a profile-spills folder (its ncu/*.csv.gz files)")
     parser.add_argument("--gpu", required=True, help="calibration key: h100-sxm or h200")
     args = parser.parse_args()
     rates = structural.load_rates(args.gpu)
@@ -81,7 +83,7 @@ def main() -> None:
           "| model ms / without spills | spill rate measured / model (GB/s per SM) |")
     print("|---|---|---|---|---|---|---|---|")
     for name in CONFIGS:
-        print(row(name, metrics(args.run / "ncu" / f"{name}.csv"), rates))
+        print(row(name, metrics(args.run / "ncu" / f"{name}.csv.gz"), rates))
 
 
 if __name__ == "__main__":
