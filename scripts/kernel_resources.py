@@ -105,12 +105,14 @@ def _compile_arguments(launch: Launch) -> tuple[dict, dict, dict]:
             signature[param.name] = f"tensordesc<{POINTER_TYPES[value.base.dtype][1:]}[{block}]>"
         elif isinstance(value, bool):
             signature[param.name] = "i1"
-        elif isinstance(value, int) and value == 1 and param.name not in excluded and index not in excluded:
-            signature[param.name] = "constexpr"  # the JIT compiles an integer 1 in as a constant
-            constexprs[param.name] = 1
         elif isinstance(value, int):
+            specialized = param.name not in excluded and index not in excluded
+            if specialized and value == 1:
+                signature[param.name] = "constexpr"  # the JIT compiles an integer 1 in as a constant
+                constexprs[param.name] = 1
+                continue
             signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
-            if value % 16 == 0 and param.name not in excluded and index not in excluded:
+            if specialized and value % 16 == 0:
                 attributes[(index,)] = [["tt.divisibility", 16]]
         else:
             signature[param.name] = "fp32"

@@ -16,12 +16,16 @@ SMALL_HEAD_KERNELS = KERNELS[:3] + ["chunk_states_dq_kernel", "chunk_state_grads
                                     "gate_grads_kernel"]
 
 
-def resource_rows(*arguments: str) -> dict[str, list[str]]:
-    """kernel -> its row's cells; the compiler runs for real, so the interpreter is switched off."""
+def compiler_run(*command: str) -> str:
+    """stdout of a Python command that compiles kernels for real, so with the interpreter switched off."""
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True, text=True,
-                            env=env, timeout=600, check=True)
-    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    return subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=600,
+                          check=True).stdout
+
+
+def resource_rows(*arguments: str) -> dict[str, list[str]]:
+    """kernel -> its row's cells."""
+    rows = [line.split() for line in compiler_run(str(SCRIPT), *arguments).splitlines()[1:]]
     return {row[0]: row[1:] for row in rows}
 
 
@@ -56,10 +60,10 @@ def test_the_reference_kernels_launches_are_captured_and_compiled():
     assert (warps, stages) == ("4", "1") and 0 < int(registers) <= 255
 
 
-
-#: run without the interpreter (its kernels are not JIT functions): the integer arguments of mLSTMsig's fused
-#: forward at 16 heads (the gates' head stride is 1, their time stride 16) as `kernel_resources` compiles them
-#: and as the JIT specializes them (`native_specialize_impl`), one line per argument
+#: run by `compiler_run` (the interpreter's kernels are not JIT functions): the integer arguments of
+#: mLSTMsig's fused forward at 16 heads (the gates' head stride is 1, their time stride 16) as
+#: `kernel_resources` compiles them and as the JIT specializes them (`native_specialize_impl`), one line per
+#: argument
 SPECIALIZATIONS = """
 import argparse, sys
 from triton._C.libtriton import native_specialize_impl
@@ -85,10 +89,7 @@ for index, param in enumerate(launch.kernel.params):
 def test_integer_arguments_are_specialized_as_the_jit_specializes_them():
     """An integer 1 is compiled in as a constant and a multiple of 16 gets its divisibility, as the JIT does
     at launch: otherwise the table's kernels are not the ones that run."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    lines = subprocess.run([sys.executable, "-c", SPECIALIZATIONS, str(SCRIPT.parent)], capture_output=True,
-                           text=True, env=env, timeout=600, check=True).stdout.splitlines()
-    rows = [line.split() for line in lines]
+    rows = [line.split() for line in compiler_run("-c", SPECIALIZATIONS, str(SCRIPT.parent)).splitlines()]
     assert any(value == "1" for _, value, *_ in rows)  # the gates' head stride
     for name, _value, kind, divisibility, signature, constant, divisible in rows:
         if kind == "constexpr":
