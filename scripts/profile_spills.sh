@@ -8,11 +8,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 D=/tmp/spills; mkdir -p $D/ncu
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv > $D/gpu.txt
 METRICS="regex:l1tex__t_(bytes|sectors)_pipe_lsu_mem_local_op_(ld|st)(_lookup_(hit|miss))?\.sum,regex:sm__sass_inst_executed_op_local_(ld|st)\.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum"
-# name, variant, Dqk, Dv, chunk, tiling, batch, seq len, heads
-CONFIGS=("exp256L64 exp 256 256 64 default 4 16384 8" "exp256L128 exp 256 256 128 default 4 16384 8"
-         "exp128L128 exp 128 128 128 default 4 16384 16" "exp64L128w8 exp 64 64 128 num_warps=8 8 8192 32"
-         "sig256L128 sig 256 256 128 default 4 16384 8" "sig128L128 sig 128 128 128 default 4 16384 16"
-         "sig64L64 sig 64 64 64 default 8 8192 32")
+# name, variant, Dqk, Dv, chunk, tiling, batch, seq len, heads (scripts/spill_profile_table.py's CONFIGS)
+mapfile -t CONFIGS < <(python3 scripts/spill_profile_table.py --configs)
 for config in "${CONFIGS[@]}"; do
   read -r name variant dqk dv chunk tiling batch seq heads <<< "$config"
   timeout 150 ncu --clock-control none --kernel-name fused_forward_kernel --launch-skip 1 --launch-count 1 \
