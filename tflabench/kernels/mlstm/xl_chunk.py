@@ -48,11 +48,11 @@ class Tiling:
     of the log gates that the gate kernel writes (one exp per score, no rescaling) instead of an online max
     over its key/value tiles. dv_block_v: the same choice for the backward's dV kernel (each program
     recomputes K Q^T for its dv_block_v columns of dV), and dv_num_stages its pipeline stages (0: those of
-    the other gradient kernels, num_stages; one stage was 1-3 % faster fwd+bwd where two leave one program
-    per SM and 1-4 % slower elsewhere, results/h100/ab-dv-one-stage). out_tma: the output kernel moves q,
-    k, v, h and the state tiles through tensor descriptors (Hopper's bulk copies, `triton_fwd.token_source`)
-    instead of pointer tiles, where the tensors and blocks allow it (`_tma_ready`); bwd_tma: the dQ, dK and
-    dV kernels theirs.
+    the other gradient kernels, num_stages; one stage was up to 3.6 % faster fwd+bwd where two leave one
+    program per SM and 1-6 % slower elsewhere, results/{h100,h200}/ab-dv-one-stage). out_tma: the output
+    kernel moves q, k, v, h and the state tiles through tensor descriptors (Hopper's bulk copies,
+    `triton_fwd.token_source`) instead of pointer tiles, where the tensors and blocks allow it
+    (`_tma_ready`); bwd_tma: the dQ, dK and dV kernels theirs.
     fused_dkdv: compute dK and dV in one kernel over whole head dims (used when both head dims are powers
     of two with Dqk * Dv <= 128 * 256), with its own dkdv_block_kv, dkdv_num_warps, dkdv_num_stages;
     the default at head dims <= 64 only (see `default`).
