@@ -39,9 +39,6 @@ import itertools
 import math
 import multiprocessing
 import os
-import re
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
@@ -51,6 +48,7 @@ from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from tflabench.analysis import sass
 from tflabench.errors import InputError
 
 HOPPER = GPUTarget("cuda", 90, 32)
@@ -124,39 +122,8 @@ def resources(launch: Launch) -> dict:
     signature, constexprs, attributes = _compile_arguments(launch)
     compiled = triton.compile(ASTSource(launch.kernel, signature, constexprs, attributes), target=HOPPER,
                               options=launch.options)
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(compiled.asm["cubin"])
-        cubin.flush()
-        usage = subprocess.run([cuobjdump, "--dump-resource-usage", cubin.name], capture_output=True,
-                               text=True, check=True).stdout
-        sass = subprocess.run([cuobjdump, "-sass", cubin.name], capture_output=True, text=True,
-                              check=True).stdout
-    fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     return {"kernel": launch.kernel.fn.__name__, "grid": launch.grid, **launch.options,
-            "shared_kb": compiled.metadata.shared / 1024, "registers": int(fields.get("REG", 0)),
-            "local_bytes": int(fields.get("LOCAL", 0)), "stack_bytes": int(fields.get("STACK", 0)),
-            "loop_local_bytes": loop_local_bytes(sass)}
-
-
-def loop_local_bytes(sass: str) -> int:
-    """Bytes per thread that the local-memory loads and stores (LDL, STL: register spills) move in one trip
-    of the kernel's outermost loop: the widest range between a backward branch and its target."""
-    instructions = [(int(address, 16), text.split()) for address, text in
-                    re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    branch = re.compile(r"BRA(?:\.\w+)*\s+0x([0-9a-f]+)")
-    loops = [(int(target, 16), address) for address, words in instructions
-             for target in branch.findall(" ".join(words)) if int(target, 16) < address]
-    if not loops:
-        return 0
-    start, end = max(loops, key=lambda loop: loop[1] - loop[0])
-    moved = 0
-    for address, words in instructions:
-        opcode = words[1] if words and words[0].startswith("@") else (words[0] if words else "")
-        if start <= address <= end and opcode.split(".")[0] in ("LDL", "STL"):
-            width = re.search(r"\.(64|128)\b", opcode)
-            moved += int(width.group(1)) // 8 if width else 4
-    return moved
+            "shared_kb": compiled.metadata.shared / 1024, **sass.cubin_resources(compiled.asm["cubin"])}
 
 
 def _launches(args: argparse.Namespace, tiling=None) -> list[Launch]:

@@ -61,10 +61,54 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert set(blocks["memory_patterns"]) == {"token", "token_masked", "state"}
     assert set(blocks["launch"]) == {"launch_s", "program_s"}
     assert set(blocks["spills"]) == {"local_bytes_per_s", "spill_bytes_per_thread", "spill_seconds"}
+    loops = [(loop["num_warps"], loop["width"]) for loop in blocks["spill_loops"]["loops"]]
+    assert loops == [(1, 16), (1, 32), (1, 64)]
+    assert all(loop["seconds"] > 0 for loop in blocks["spill_loops"]["loops"])
+    assert blocks["spill_loops"]["rates"] == []  # the interpreter compiles nothing: no spills to time
     assert [(walk["kind"], walk["l"], walk["dqk"], walk["dv"]) for walk in blocks["walk"]] == [
         ("state", 16, 16, 32), ("fused", 16, 16, 32), ("fused_exp", 16, 16, 32)]
     assert all(walk["step_s"] > 0 for walk in blocks["walk"])
     assert blocks["seconds"] > 0
+
+
+def test_spill_loop_rates_are_the_bytes_over_the_time_above_the_spill_free_line():
+    """The loops without spills give the time per carried column (least squares); a spilling loop's excess
+    over that line is the time of its spills, and the rate is the SM's spilled bytes (local bytes x threads
+    x trips x programs per SM) over it. Loops that do not spill, or do not exceed the line, give no rate."""
+    def loop(width, seconds, local=0, stack=0):
+        return {"num_warps": 8, "programs_per_sm": 2, "width": width, "seconds": seconds,
+                "stack_bytes": stack, "loop_local_bytes": local}
+
+    line = {64: 0.75e-3, 128: 1.0e-3, 256: 1.5e-3, 512: 2.5e-3}  # 0.5 ms + 3.9 us per column
+    timed = [loop(64, line[64] + 1e-5), loop(128, line[128] - 2e-5), loop(256, line[256] + 1e-5),
+             loop(512, line[512] + 4e-3, local=704, stack=408), loop(1024, line[512], local=2760, stack=1440)]
+    [rate] = calibrate_blocks.spill_loop_rates(timed, trips=64)
+    threads = 32 * 8 * 2
+    assert rate["width"] == 512 and rate["warps_per_sm"] == 16
+    assert rate["stack_bytes_per_sm"] == 408 * threads
+    assert rate["bytes_per_s_per_sm"] == pytest.approx(704 * threads * 64 / 4e-3, rel=0.01)
+    assert calibrate_blocks.spill_loop_rates(timed[3:], trips=64) == []  # no line without spill-free loops
+
+
+def test_the_spill_loop_carries_its_tile_through_the_products():
+    """`_spill_loop_kernel` against float64: acc <- A[t] B + acc, carried <- 0.999 carried + rowsum(acc),
+    acc <- acc / 2 + rowsum(carried) 1e-6 each trip; out = rowsum(acc) + rowsum(carried) per program."""
+    slots, rows, cols, inner, width, trips, programs = 3, 16, 16, 16, 32, 5, 2
+    a = torch.rand(slots * rows * inner)
+    b = torch.rand(inner * cols)
+    out = torch.empty(programs * rows)
+    calibrate_blocks._spill_loop_kernel[(programs,)](a, b, out, trips, slots, ROWS=rows, COLS=cols,
+                                                     INNER=inner, WIDTH=width, num_warps=1)
+    a64, b64 = a.double().view(slots, rows, inner), b.double().view(inner, cols)
+    for pid in range(programs):
+        acc = torch.zeros(rows, cols, dtype=torch.float64)
+        carried = torch.full((rows, width), float(pid), dtype=torch.float64)
+        for trip in range(trips):
+            acc = a64[trip % slots] @ b64 + acc
+            carried = carried * 0.999 + acc.sum(1, keepdim=True)
+            acc = acc * 0.5 + carried.sum(1, keepdim=True) * 1e-6
+        expected = acc.sum(1) + carried.sum(1)
+        torch.testing.assert_close(out[pid * rows:(pid + 1) * rows].double(), expected, rtol=1e-4, atol=0)
 
 
 @pytest.mark.parametrize("a_resident, b_resident", [(False, False), (True, False), (True, True)])

@@ -239,6 +239,40 @@ def test_spill_waits_are_hidden_by_the_warps_of_an_sms_schedulers(rates):
     assert floor == pytest.approx(10 * 1e-3 + one_program / 2)
 
 
+def test_eight_warp_programs_move_their_spills_at_the_calibrated_spill_loop_rate(rates):
+    """With spill loops in the calibration, an 8-warp program's spills take its spilled bytes over the rate
+    calibrated for its warps and stack bytes per SM: interpolated in log2 of the stack within a warps-per-SM
+    level, then in log2 of the warps. 4-warp programs keep the HBM-bound rate and the schedulers' divisor."""
+    def level(warps_per_sm, points):
+        return [{"warps_per_sm": warps_per_sm, "stack_bytes_per_sm": stack, "bytes_per_s_per_sm": rate}
+                for stack, rate in points]
+
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["spill_loops"] = {"loops": [], "rates": level(8, [(100e3, 80e9), (400e3, 20e9)])
+                             + level(16, [(200e3, 40e9), (800e3, 10e9)])}
+    calibrated = structural.Rates(blocks)
+    assert calibrated.spill_rate(8, 50e3) == 80e9 and calibrated.spill_rate(8, 1e6) == 20e9  # the ends
+    assert calibrated.spill_rate(8, 200e3) == pytest.approx(50e9)  # halfway in log2 between 100 and 400 KB
+    assert calibrated.spill_rate(16, 400e3) == pytest.approx(25e9)
+    assert calibrated.spill_rate(8 * 2 ** 0.5, 200e3) == pytest.approx((50e9 + 40e9) / 2)
+    assert rates.spill_rate(8, 200e3) == 0  # a calibration without spill loops
+    compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800, "loop_local_bytes": 1000}
+    sms = calibrated.sm_count
+    for warps, programs in ((8, sms), (8, 3 * sms)):
+        launch = structural.Launch("k", programs, warps, 1, 0, 0, kernel="k", loop_trips=10,
+                                   compiled=compiled)
+        stack = 800 * 32 * warps  # one program per SM at 255 registers
+        expected = structural.spilled_bytes(launch) / calibrated.spill_rate(warps, stack)
+        assert structural.program_spill_seconds(launch, calibrated, 1, 1e9, 1e9) == pytest.approx(expected)
+        free = dataclasses.replace(launch, compiled=dict(compiled, stack_bytes=0, loop_local_bytes=0))
+        added = (structural.launch_time(launch, calibrated).compute_s
+                 - structural.launch_time(free, calibrated).compute_s)
+        assert added == pytest.approx(programs // sms * expected)
+    four_warps = structural.Launch("k", sms, 4, 1, 0, 0, kernel="k", loop_trips=10, compiled=compiled)
+    assert (structural.program_spill_seconds(four_warps, calibrated, 1, 1e9, 1e9)
+            == structural.program_spill_seconds(four_warps, rates, 1, 1e9, 1e9))
+
+
 def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypatch):
     """A table entry whose tiling differs from today's default is stale: the model falls back to the rule."""
     problem = structural.Problem(8, 8192, 16, 128, 256, variant="exp")

@@ -17,8 +17,12 @@ the whole GPU busy (aggregate rates, all SMs):
   is not a power of two read in masked power-of-two tiles (``token_masked``: [rows, 128] tiles of a
   [B, T, H, 96] tensor, the columns past 96 masked, as the kernels' masked head-dim blocks load them; a
   diagnosis the model does not use, docs/performance-model.md) and the [Dqk, Dv] state tiles of a
-  [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads); ``local``: the
-  local-memory traffic of register spills (a tile too large for the registers, updated in a loop);
+  [B*H, NC, Dqk, Dv] tensor (the state kernel's stores, the output kernel's loads);
+* ``spills``: the local-memory traffic of register spills (a tile too large for the registers, updated in
+  a loop by 4-warp programs, a stack larger than L2: an HBM-bound rate);
+* ``spill_loops``: the time register spills add to a kernel-shaped loop of one or two 8-warp programs per
+  SM (products into an accumulator beside a carried fp32 tile too large for the registers), per byte the
+  loop's local loads and stores move, at stacks from L1-sized to larger than L2;
 * ``walk``: seconds per step of one program per SM walking a sequence of tiles in order with a state
   carried from step to step, as the chunk-recurrent kernels do (the TFLA state recurrence; the fused
   kernels' chunk walk), with the kernels' own step code (`triton_fwd`'s recurrence step, `triton_fused`'s
@@ -45,6 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tflabench.analysis import sass
 from tflabench.kernels.mlstm import triton_fused, triton_fwd
 
 #: (M, N, K, num_warps) of the timed `tl.dot` tiles: the state update K^T V ([BK, BL] x [BL, BV]), the
@@ -76,6 +81,12 @@ WALK_SHAPES = (
     ("fused_exp", 64, 128, 64, 8, 2), ("fused_exp", 128, 128, 64, 8, 2),
 )
 
+#: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs
+SPILL_LOOP_LAUNCHES = ((8, 1), (8, 2))
+#: fp32 columns of the spill loop's carried tile: 64, 128 and 256 fit the registers (the loop without
+#: spills), 512 / 1024 / 2048 spill about 0.4 / 2 / 4.6 KB per thread (a stack of 100 KB to 2.4 MB per SM)
+SPILL_LOOP_WIDTHS = (64, 128, 256, 512, 1024, 2048)
+
 
 @dataclass(frozen=True)
 class BlockSizes:
@@ -99,6 +110,10 @@ class BlockSizes:
     pointwise_iters: int = 1024
     spill_tile: tuple[int, int] = (256, 256)  # fp32, 4 warps: 512 elements per thread, about half spilled
     spill_iters: int = 64
+    spill_loop_launches: tuple[tuple[int, int], ...] = SPILL_LOOP_LAUNCHES
+    spill_loop_tile: tuple[int, int] = (128, 64)  # (COLS, INNER) of its product; ROWS = 16 x warps
+    spill_loop_widths: tuple[int, ...] = SPILL_LOOP_WIDTHS
+    spill_loop_trips: int = 512
     programs_per_sm: int = 4
     stream_bytes: int = 2**30
     token_shape: tuple[int, int] = (16, 128)  # (heads, head dim) of the token-tile pattern
@@ -118,7 +133,9 @@ class BlockSizes:
                    dot_stages=1, walk_shapes=(("state", 16, 16, 32, 4, 1), ("fused", 16, 16, 32, 4, 1),
                                                 ("fused_exp", 16, 16, 32, 4, 1)),
                    walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
-                   spill_iters=2, programs_per_sm=1, stream_bytes=2**14, token_shape=(2, 16),
+                   spill_iters=2, spill_loop_launches=((1, 1),), spill_loop_tile=(16, 16),
+                   spill_loop_widths=(16, 32, 64), spill_loop_trips=2, programs_per_sm=1,
+                   stream_bytes=2**14, token_shape=(2, 16),
                    token_tile_rows=16, masked_head_dim=12, state_shape=(16, 32), state_tile=(16, 16),
                    launch_programs=4, burst=2, repeats=1, device="cpu")
 
@@ -292,6 +309,29 @@ def _spill_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr)
 
 
 @triton.jit
+def _spill_loop_kernel(a_ptr, b_ptr, out_ptr, TRIPS, SLOTS, ROWS: tl.constexpr, COLS: tl.constexpr,
+                       INNER: tl.constexpr, WIDTH: tl.constexpr):
+    """TRIPS trips of a kernel-shaped loop: an A tile [ROWS, INNER] from an L2-resident buffer of SLOTS
+    tiles into `tl.dot` with a fixed B [INNER, COLS], accumulated in fp32, and an fp32 tile [ROWS, WIDTH]
+    carried from trip to trip: updated with the accumulator's row sums, and its row sums added to the
+    accumulator before the next product (which waits for it, as the fused forwards' next products wait for
+    their spilled tiles). Above about 256 registers per thread (WIDTH / 2 of them for the carried tile at
+    ROWS = 16 x warps) the compiler spills part of it and moves it every trip."""
+    pid = tl.program_id(0)
+    rows = tl.arange(0, ROWS)
+    a_offs = rows[:, None] * INNER + tl.arange(0, INNER)[None, :]
+    b = tl.load(b_ptr + tl.arange(0, INNER)[:, None] * COLS + tl.arange(0, COLS)[None, :])
+    acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
+    carried = tl.zeros([ROWS, WIDTH], dtype=tl.float32) + pid
+    for trip in range(TRIPS):
+        a = tl.load(a_ptr + (trip % SLOTS) * ROWS * INNER + a_offs)
+        acc = tl.dot(a, b, acc)
+        carried = carried * 0.999 + tl.sum(acc, 1)[:, None]
+        acc = acc * 0.5 + tl.sum(carried, 1)[:, None] * 1e-6
+    tl.store(out_ptr + pid * ROWS + rows, tl.sum(acc, 1) + tl.sum(carried, 1))
+
+
+@triton.jit
 def _tile_stream_kernel(src_ptr, dst_ptr, sums_ptr, TILES, INNER, OUTER_STRIDE, INNER_STRIDE, COL_BLOCKS,
                         ROW_STRIDE, TILE_STRIDE,
                         ROWS: tl.constexpr, COLS: tl.constexpr, DIM: tl.constexpr, WRITE: tl.constexpr):
@@ -451,6 +491,66 @@ def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> di
     moved = 2 * spill_bytes * 32 * 4 * programs * sizes.spill_iters
     return {"local_bytes_per_s": moved / seconds if moved and seconds > 0 else 0.0,
             "spill_bytes_per_thread": spill_bytes, "spill_seconds": seconds}
+
+
+def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+    """The time register spills add to a kernel-shaped loop (`_spill_loop_kernel`), per (num_warps,
+    programs per SM) of `sizes.spill_loop_launches` and carried width of `sizes.spill_loop_widths`.
+
+    ``loops``: each timed loop's seconds with its compiled stack bytes and loop local bytes per thread (what
+    `scripts/kernel_resources.py` reports for our kernels). ``rates``: per launch and spilling width, the
+    spilled bytes the SM moves per second of the time they add, ``bytes_per_s_per_sm`` = loop local bytes
+    x threads x trips x programs per SM / (seconds - the seconds of the same loop without spills: the
+    least-squares line in the width through the loops that do not spill), with the launch's warps and
+    stack bytes per SM (L1 holds a small stack, L2 or HBM a large one). On the CPU (interpreter) nothing is
+    compiled and ``rates`` is empty."""
+    cols, inner = sizes.spill_loop_tile
+    slots = 64
+    most_rows = 16 * max(warps for warps, _ in sizes.spill_loop_launches)
+    a = torch.rand(slots * most_rows * inner, device=sizes.device).to(sizes.dtype)
+    b = torch.rand(inner * cols, device=sizes.device).to(sizes.dtype)
+    most_programs = max(per_sm for _, per_sm in sizes.spill_loop_launches) * limits.sm_count
+    out = torch.empty(most_programs * most_rows, device=sizes.device)
+    loops, rates = [], []
+    for warps, per_sm in sizes.spill_loop_launches:
+        programs = per_sm * limits.sm_count if sizes.device == "cuda" else per_sm
+
+        def run(width: int, warps=warps, programs=programs):
+            return _spill_loop_kernel[(programs,)](a, b, out, sizes.spill_loop_trips, slots, ROWS=16 * warps,
+                                                   COLS=cols, INNER=inner, WIDTH=width, num_warps=warps)
+
+        timed = []
+        for width in sizes.spill_loop_widths:
+            compiled = run(width)
+            resources = (sass.cubin_resources(compiled.asm["cubin"]) if sizes.device == "cuda"
+                         else {"stack_bytes": 0, "loop_local_bytes": 0})
+            timed.append({"num_warps": warps, "programs_per_sm": per_sm, "width": width,
+                          "seconds": timer(lambda width=width: run(width)),
+                          "stack_bytes": resources["stack_bytes"],
+                          "loop_local_bytes": resources["loop_local_bytes"]})
+        loops += timed
+        rates += spill_loop_rates(timed, sizes.spill_loop_trips)
+    return {"loops": loops, "rates": rates}
+
+
+def spill_loop_rates(timed: list[dict], trips: int) -> list[dict]:
+    """`measure_spill_loops`' ``rates`` of one launch's loops (all widths): each spilling loop's time above
+    the least-squares line through the (width, seconds) of the loops that do not spill."""
+    free = [(loop["width"], loop["seconds"]) for loop in timed if not loop["loop_local_bytes"]]
+    if len({width for width, _ in free}) < 2:
+        return []
+    slope, intercept = statistics.linear_regression(*zip(*free, strict=True))
+    rates = []
+    for loop in timed:
+        added = loop["seconds"] - (intercept + slope * loop["width"])
+        if not loop["loop_local_bytes"] or added <= 0:
+            continue
+        threads = 32 * loop["num_warps"] * loop["programs_per_sm"]
+        rates.append({"num_warps": loop["num_warps"], "programs_per_sm": loop["programs_per_sm"],
+                      "width": loop["width"], "warps_per_sm": loop["num_warps"] * loop["programs_per_sm"],
+                      "stack_bytes_per_sm": loop["stack_bytes"] * threads,
+                      "bytes_per_s_per_sm": loop["loop_local_bytes"] * threads * trips / added})
+    return rates
 
 
 @dataclass(frozen=True)
@@ -617,6 +717,7 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
         "memory": measure_memory(sizes, limits, timer),
         "memory_patterns": memory_patterns(sizes),
         "spills": measure_spills(sizes, limits, timer),
+        "spill_loops": measure_spill_loops(sizes, limits, timer),
         "walk": measure_walks(sizes, limits, timer),
         "launch": measure_launch(sizes, timer),
     }

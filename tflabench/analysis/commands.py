@@ -621,6 +621,10 @@ def _print_blocks(console: Console, blocks: dict) -> None:
         rates.add_row(name.replace("_", " "), f"{value / 1e12:.2f} TB/s")
     if "spills" in blocks:
         rates.add_row("local memory (spills)", f"{blocks['spills']['local_bytes_per_s'] / 1e12:.2f} TB/s")
+    for spill in blocks.get("spill_loops", {}).get("rates", []):
+        label = "spills, {num_warps} warps x {programs_per_sm} per SM, stack {kb:.0f} KB per SM".format(
+            kb=spill["stack_bytes_per_sm"] / 1024, **spill)
+        rates.add_row(label, f"{spill['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM")
     for walk in blocks.get("walk", []):
         rates.add_row("{kind} walk step, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(
             **walk), f"{walk['step_s'] * 1e6:.2f} us")

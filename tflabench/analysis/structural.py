@@ -13,7 +13,9 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
                     calibration that has them]
                    + spills)
     spills  = spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate)
-              / max(1, c x warps / 4)   (the warps each of the SM's four schedulers switches between)
+              / max(1, c x warps / 4)   (the warps each of the SM's four schedulers switches between);
+              8-warp programs, with a calibration that has spill loops: spilled bytes / spill_rate(c x
+              warps, the SM's stack bytes)
     memory  = n * max(HBM bytes / hbm_rate, L2 bytes / l2_rate) + n * stored bytes / store_rate
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
               (a pipelined launch, two or more stages: launch + P * per_program + sqrt(compute^2 + memory^2))
@@ -75,6 +77,8 @@ GATE_GRAD_LAUNCHES, GATE_GRAD_ROW_PASSES = 12, 16
 #: operand bytes per load step of the calibration's one-program-per-SM token read: one [64, 128] bf16 tile
 #: (`calibrate_blocks._tile_stream_kernel` at the default `BlockSizes`)
 READ_IN_FLIGHT_BYTES = 64 * 128 * 2
+#: programs of at least this many warps take the calibrated spill-loop rate (`program_spill_seconds`)
+SPILL_LOOP_WARPS = 8
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,23 @@ class Launch:
 
 
 # ---------------------------------------------------------------------------------------------- rates
+def _interpolate_log2(x: float, points: list[tuple[float, float]]) -> float:
+    """y at x, linear in log2 x between the (x, y) points (y averaged at equal x), the end points' y outside
+    them."""
+    merged: dict[float, list[float]] = {}
+    for px, py in points:
+        merged.setdefault(px, []).append(py)
+    xs = sorted(merged)
+    ys = [sum(merged[px]) / len(merged[px]) for px in xs]
+    if x <= xs[0]:
+        return ys[0]
+    for index in range(1, len(xs)):
+        if x <= xs[index]:
+            x0, x1, y0, y1 = xs[index - 1], xs[index], ys[index - 1], ys[index]
+            return y0 + (y1 - y0) * math.log2(x / x0) / math.log2(x1 / x0)
+    return ys[-1]
+
+
 def _log2_gap(measured: dict, keys, shape) -> float:
     """Sum over the keys of |log2(measured size / wanted size)|: how far a calibrated tile shape is from
     the one asked for."""
@@ -221,6 +242,21 @@ class Rates:
         full = self.memory("token_read") / min(active_sms or self.sm_count, self.sm_count)
         one = self.memory("token_read_one_per_sm") / self.sm_count
         return min(full, one * in_flight_bytes / READ_IN_FLIGHT_BYTES)
+
+    def spill_rate(self, warps_per_sm: float, stack_bytes_per_sm: float) -> float:
+        """Per-SM bytes per second of register-spill traffic (`calibrate_blocks.measure_spill_loops`'
+        ``rates``) with ``warps_per_sm`` warps resident on the SM and ``stack_bytes_per_sm`` of spill stacks:
+        interpolated in log2 of the stack bytes within each calibrated warps-per-SM level, then in log2 of
+        the warps between the two levels around it (the nearest level outside them); 0 when the
+        calibration has no spill loops."""
+        measured = self.blocks.get("spill_loops", {}).get("rates", [])
+        if not measured:
+            return 0.0
+        levels = sorted({item["warps_per_sm"] for item in measured})
+        by_level = [(level, _interpolate_log2(stack_bytes_per_sm, [
+            (item["stack_bytes_per_sm"], item["bytes_per_s_per_sm"]) for item in measured
+            if item["warps_per_sm"] == level])) for level in levels]
+        return _interpolate_log2(warps_per_sm, by_level)
 
     def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
         """Seconds per step of one program walking the chunks in order: the calibrated walk of the same
@@ -293,6 +329,26 @@ def _spill_seconds_per_byte(launch: Launch, rates: Rates, concurrency: int, hbm_
     return hit / cached_rate + (1 - hit) / hbm_rate
 
 
+def program_spill_seconds(launch: Launch, rates: Rates, concurrency: int, hbm_rate: float,
+                          l2_rate: float) -> float:
+    """SM seconds of one program's register spills (`spilled_bytes`). A launch of `SPILL_LOOP_WARPS` or
+    more warps per program, with a calibration that has spill loops: at the calibrated per-SM spill rate
+    for its warps and stack bytes per SM (`Rates.spill_rate`: 8-warp programs move their spills at 20-70
+    GB/s per SM, slower the larger the SM's stack). Otherwise at `_spill_seconds_per_byte`, divided by the
+    warps each scheduler switches between (`warps_per_scheduler`): a lone 4-warp program waits for all of
+    its spills, at the HBM-bound rate of `calibrate_blocks.measure_spills`, which is what the profiled
+    4-warp fused forwards move (results/{h100,h200}/profile-spills)."""
+    if launch.compiled is None or not launch.compiled["stack_bytes"]:
+        return 0.0
+    if launch.warps >= SPILL_LOOP_WARPS:
+        stack = launch.compiled["stack_bytes"] * 32 * launch.warps * concurrency
+        rate = rates.spill_rate(concurrency * launch.warps, stack)
+        if rate > 0:
+            return spilled_bytes(launch) / rate
+    per_byte = _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
+    return spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)
+
+
 # ---------------------------------------------------------------------------------------------- time
 @dataclass(frozen=True)
 class LaunchTime:
@@ -355,8 +411,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
             compute += per_sm * elements / rates.pointwise(name, concurrency)
     hbm_rate = hbm_read_rate(launch, rates, concurrency)
     l2_rate = rates.memory("l2_read") / sms
-    per_byte = _spill_seconds_per_byte(launch, rates, concurrency, hbm_rate, l2_rate)
-    program_spills = spilled_bytes(launch) * per_byte / warps_per_scheduler(launch, concurrency)  # its waits
+    program_spills = program_spill_seconds(launch, rates, concurrency, hbm_rate, l2_rate)
     compute += per_sm * program_spills
     loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
     stores = (launch.store_bytes / launch.programs * active_sms(launch, rates)
