@@ -79,6 +79,10 @@ WALK_SHAPES = (
     ("fused", 64, 64, 64, 8, 2), ("fused", 128, 64, 64, 8, 2),
     ("fused_exp", 64, 64, 64, 4, 2), ("fused_exp", 64, 64, 64, 8, 2), ("fused_exp", 128, 64, 64, 8, 2),
     ("fused_exp", 64, 128, 64, 8, 2), ("fused_exp", 128, 128, 64, 8, 2),
+    ("fused", 16, 128, 64, 4, 2), ("fused", 32, 128, 64, 4, 2),
+    ("fused", 16, 256, 32, 4, 2), ("fused", 32, 256, 32, 4, 2),
+    ("fused_exp", 16, 128, 64, 8, 2), ("fused_exp", 32, 128, 64, 8, 2),
+    ("fused_exp", 16, 256, 32, 8, 2), ("fused_exp", 32, 256, 32, 8, 2),
 )
 
 #: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs

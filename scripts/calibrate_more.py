@@ -1,0 +1,81 @@
+"""Measure building blocks a committed calibration lacks, on this GPU, and add them to the file: the
+spill-loop rates (``--spill-loops``: `calibrate_blocks.measure_spill_loops`, one and two 8-warp programs per
+SM, stacks from L1-sized to larger than L2) and the walks of `calibrate_blocks.WALK_SHAPES` the file does not
+have (``--walks``). The rest of the file (the median of several machines) is left as it is; each addition's
+provenance (commit, versions, command, GPU) is appended to the file's ``provenance.additions``. On the GPU
+machine, in the repository root:
+
+    python scripts/calibrate_more.py results/calibration/h100-sxm.json --walks --out $OUT/h100-sxm.json
+
+About 20 s per block on an H100, most of it compiling.
+"""
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from tflabench.analysis import calibrate_blocks
+from tflabench.nvml import device_info
+from tflabench.provenance import git_state, software_versions
+
+WALK_NAME = ("kind", "l", "dqk", "dv", "num_warps", "num_stages")
+
+
+def missing_walks(blocks: dict) -> tuple:
+    """The shapes of `calibrate_blocks.WALK_SHAPES` without a walk in ``blocks``."""
+    have = {tuple(walk[key] for key in WALK_NAME) for walk in blocks.get("walk", [])}
+    return tuple(shape for shape in calibrate_blocks.WALK_SHAPES if shape not in have)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("calibration", type=Path, help="the calibration file to add the figures to")
+    parser.add_argument("--spill-loops", action="store_true", help="measure (again) the spill-loop rates")
+    parser.add_argument("--walks", action="store_true", help="measure the walk shapes the file lacks")
+    parser.add_argument("--out", type=Path, help="where to write the file (default: in place)")
+    args = parser.parse_args()
+    record = json.loads(args.calibration.read_text())
+    blocks = record["blocks"]
+    shapes = missing_walks(blocks) if args.walks else ()
+    sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), walk_shapes=shapes)
+    limits = calibrate_blocks.DeviceLimits.of(sizes.device)
+    timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
+    started = time.perf_counter()
+    added = []
+    if args.spill_loops:
+        blocks["spill_loops"] = calibrate_blocks.measure_spill_loops(sizes, limits, timer)
+        added.append("spill_loops")
+    if shapes:
+        blocks["walk"] = blocks.get("walk", []) + calibrate_blocks.measure_walks(sizes, limits, timer)
+        added.append("walk")
+    provenance = {"blocks": added, "walk_shapes": [list(shape) for shape in shapes],
+                  "seconds": time.perf_counter() - started, "git": git_state(),
+                  "versions": software_versions([]), "command": " ".join(["python", *sys.argv]),
+                  "gpu": device_info()}
+    record.setdefault("provenance", {}).setdefault("additions", []).append(provenance)
+    (args.out or args.calibration).write_text(json.dumps(record, indent=2) + "\n")
+    name, seconds = provenance["gpu"].get("name", "?"), provenance["seconds"]
+    print(f"{name}: {', '.join(added) or 'nothing'}, {seconds:.0f} s")
+    for line in _report(blocks, args.spill_loops, len(shapes)):
+        print(line)
+
+
+def _report(blocks: dict, spill_loops: bool, walks: int) -> list[str]:
+    """One line per measured spill-loop rate and per added walk."""
+    lines = []
+    for rate in blocks["spill_loops"]["rates"] if spill_loops else []:
+        launch = "{num_warps} warps x {programs_per_sm} per SM, width {width}".format(**rate)
+        lines.append(f"spills, {launch}: {rate['stack_bytes_per_sm'] / 1024:.0f} KB of stack per SM, "
+                     f"{rate['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM")
+    for walk in blocks["walk"][len(blocks["walk"]) - walks:]:
+        shape = "{kind} walk, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(**walk)
+        lines.append(f"{shape}: {walk['step_s'] * 1e6:.2f} us per step, "
+                     f"{walk['spill_bytes_per_thread']} spilled bytes per thread")
+    return lines
+
+
+if __name__ == "__main__":
+    main()
