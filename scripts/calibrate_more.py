@@ -1,9 +1,9 @@
 """Measure building blocks a committed calibration lacks, on this GPU, and add them to the file: the
 spill-loop rates (``--spill-loops``: `calibrate_blocks.measure_spill_loops`, one and two 8-warp programs per
-SM, stacks from L1-sized to larger than L2) and the walks of `calibrate_blocks.WALK_SHAPES` the file does not
-have (``--walks``). The rest of the file (the median of several machines) is left as it is; each addition's
-provenance (commit, versions, command, GPU) is appended to the file's ``provenance.additions``. On the GPU
-machine, in the repository root:
+SM, stacks from L1-sized to larger than L2), the walks of `calibrate_blocks.WALK_SHAPES` (``--walks``) and the
+tile products of `calibrate_blocks.DOT_SHAPES` (``--dots``) the file does not have. The rest of the file (the
+median of several machines) is left as it is; each addition's provenance (commit, versions, command, GPU) is
+appended to the file's ``provenance.additions``. On the GPU machine, in the repository root:
 
     python scripts/calibrate_more.py results/calibration/h100-sxm.json --walks --out $OUT/h100-sxm.json
 
@@ -22,12 +22,13 @@ from tflabench.nvml import device_info
 from tflabench.provenance import git_state, software_versions
 
 WALK_NAME = ("kind", "l", "dqk", "dv", "num_warps", "num_stages")
+DOT_NAME = ("m", "n", "k", "num_warps")
 
 
-def missing_walks(blocks: dict) -> tuple:
-    """The shapes of `calibrate_blocks.WALK_SHAPES` without a walk in ``blocks``."""
-    have = {tuple(walk[key] for key in WALK_NAME) for walk in blocks.get("walk", [])}
-    return tuple(shape for shape in calibrate_blocks.WALK_SHAPES if shape not in have)
+def missing(entries: list[dict], names: tuple[str, ...], shapes: tuple) -> tuple:
+    """The ``shapes`` without an entry in ``entries`` (named by the fields ``names``)."""
+    have = {tuple(entry[name] for name in names) for entry in entries}
+    return tuple(shape for shape in shapes if shape not in have)
 
 
 def main() -> None:
@@ -35,12 +36,14 @@ def main() -> None:
     parser.add_argument("calibration", type=Path, help="the calibration file to add the figures to")
     parser.add_argument("--spill-loops", action="store_true", help="measure (again) the spill-loop rates")
     parser.add_argument("--walks", action="store_true", help="measure the walk shapes the file lacks")
+    parser.add_argument("--dots", action="store_true", help="measure the tile products the file lacks")
     parser.add_argument("--out", type=Path, help="where to write the file (default: in place)")
     args = parser.parse_args()
     record = json.loads(args.calibration.read_text())
     blocks = record["blocks"]
-    shapes = missing_walks(blocks) if args.walks else ()
-    sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), walk_shapes=shapes)
+    shapes = missing(blocks["walk"], WALK_NAME, calibrate_blocks.WALK_SHAPES) if args.walks else ()
+    dots = missing(blocks["dot"], DOT_NAME, calibrate_blocks.DOT_SHAPES) if args.dots else ()
+    sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), walk_shapes=shapes, dot_shapes=dots)
     limits = calibrate_blocks.DeviceLimits.of(sizes.device)
     timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
     started = time.perf_counter()
@@ -51,7 +54,11 @@ def main() -> None:
     if shapes:
         blocks["walk"] = blocks.get("walk", []) + calibrate_blocks.measure_walks(sizes, limits, timer)
         added.append("walk")
+    if dots:
+        blocks["dot"] = blocks["dot"] + calibrate_blocks.measure_dot(sizes, limits, timer)
+        added.append("dot")
     provenance = {"blocks": added, "walk_shapes": [list(shape) for shape in shapes],
+                  "dot_shapes": [list(shape) for shape in dots],
                   "seconds": time.perf_counter() - started, "git": git_state(),
                   "versions": software_versions([]), "command": " ".join(["python", *sys.argv]),
                   "gpu": device_info()}
@@ -59,12 +66,12 @@ def main() -> None:
     (args.out or args.calibration).write_text(json.dumps(record, indent=2) + "\n")
     name, seconds = provenance["gpu"].get("name", "?"), provenance["seconds"]
     print(f"{name}: {', '.join(added) or 'nothing'}, {seconds:.0f} s")
-    for line in _report(blocks, args.spill_loops, len(shapes)):
+    for line in _report(blocks, args.spill_loops, len(shapes), len(dots)):
         print(line)
 
 
-def _report(blocks: dict, spill_loops: bool, walks: int) -> list[str]:
-    """One line per measured spill-loop rate and per added walk."""
+def _report(blocks: dict, spill_loops: bool, walks: int, dots: int) -> list[str]:
+    """One line per measured spill-loop rate, per added walk and per added tile product."""
     lines = []
     for rate in blocks["spill_loops"]["rates"] if spill_loops else []:
         launch = "{num_warps} warps x {programs_per_sm} per SM, width {width}".format(**rate)
@@ -74,6 +81,10 @@ def _report(blocks: dict, spill_loops: bool, walks: int) -> list[str]:
         shape = "{kind} walk, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(**walk)
         lines.append(f"{shape}: {walk['step_s'] * 1e6:.2f} us per step, "
                      f"{walk['spill_bytes_per_thread']} spilled bytes per thread")
+    for dot in blocks["dot"][len(blocks["dot"]) - dots:]:
+        rates = ", ".join(f"{name.removesuffix('flops_per_s') or 'two-stage '}{value / 1e12:.0f}"
+                          for name, value in dot.items() if name.endswith("flops_per_s"))
+        lines.append("dot {m} x {n} x {k}, {num_warps} warps, TFLOP/s: ".format(**dot) + rates)
     return lines
 
 

@@ -239,6 +239,26 @@ def test_spill_waits_are_hidden_by_the_warps_of_an_sms_schedulers(rates):
     assert floor == pytest.approx(10 * 1e-3 + one_program / 2)
 
 
+def test_products_of_fewer_than_64_rows_take_the_calibrated_short_tiles(rates):
+    """Without calibrated products of fewer than 64 rows, a 16-row product costs a 64-row one (a warpgroup
+    MMA); with them it costs its own FLOPs at the nearest short tile's rate, and 64-row products never take a
+    short tile's rate."""
+    launch = structural.Launch("k", rates.sm_count, 4, 2, 0, 0)
+    launch.dot(16, 64, 128, 10)
+    padded = structural.launch_time(launch, rates).compute_s
+    blocks = json.loads(json.dumps(rates.blocks))
+    short = dict(blocks["dot"][0], m=16, n=64, k=128, num_warps=4)
+    short.update({name: value / 8 for name, value in short.items() if name.endswith("flops_per_s")})
+    blocks["dot"].append(short)
+    calibrated = structural.Rates(blocks)
+    assert calibrated.times_short_products and not rates.times_short_products
+    rate = calibrated.dot_rate((16, 64, 128), 4, 1)
+    assert rate == pytest.approx(short["one_per_sm_flops_per_s"] / calibrated.sm_count)
+    assert structural.launch_time(launch, calibrated).compute_s == pytest.approx(2 * 16 * 64 * 128 * 10 / rate)
+    assert padded == pytest.approx(2 * 64 * 64 * 128 * 10 / rates.dot_rate((64, 64, 128), 4, 1))
+    assert calibrated.dot_rate((64, 64, 128), 4, 1) == rates.dot_rate((64, 64, 128), 4, 1)
+
+
 def test_eight_warp_programs_move_their_spills_at_the_calibrated_spill_loop_rate(rates):
     """With spill loops in the calibration, an 8-warp program's spills take its spilled bytes over the rate
     calibrated for its warps and stack bytes per SM: interpolated in log2 of the stack within a warps-per-SM

@@ -55,7 +55,8 @@ from tflabench.kernels.mlstm import triton_fused, triton_fwd
 #: (M, N, K, num_warps) of the timed `tl.dot` tiles: the state update K^T V ([BK, BL] x [BL, BV]), the
 #: inter-chunk term Q C and the scores Q K^T ([BLQ, BK] x [BK, BV|BLKV]), the fused kernels' whole chunks;
 #: N or K of 32 where a tiling's head-dim blocks are 32 wide (96 = 3 x 32): such products run at 0.47-0.70x
-#: the FLOP rate of 64 x 64 x 64 on an H100 (results/perf-log.md), not at the nearest 64-wide figure. The
+#: the FLOP rate of 64 x 64 x 64 on an H100 (results/perf-log.md), not at the nearest 64-wide figure; M of 16
+#: and 32 for the chunks of 16 and 32 rows (Triton compiles them to mma.sync tiles, not warpgroup MMAs). The
 #: model takes the shape nearest in log2 and, among equally near ones, the first listed: the order matters
 DOT_SHAPES = (
     (64, 64, 64, 4), (64, 128, 64, 4), (64, 256, 64, 4),
@@ -63,6 +64,8 @@ DOT_SHAPES = (
     (64, 32, 32, 4), (64, 32, 64, 4), (64, 64, 32, 4), (64, 32, 128, 4), (64, 128, 32, 4),
     (128, 64, 64, 4), (128, 128, 64, 4), (128, 128, 128, 4),
     (128, 64, 64, 8), (128, 128, 64, 8), (128, 128, 128, 8), (128, 256, 64, 8),
+    (16, 32, 256, 4), (16, 64, 128, 4), (16, 16, 128, 4), (16, 64, 16, 4), (16, 64, 128, 8),
+    (32, 32, 256, 4), (32, 64, 128, 4), (32, 32, 128, 4), (32, 64, 32, 4), (32, 64, 128, 8),
 )
 
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the timed walks: ``state``, the state recurrence's sub-chunk

@@ -60,7 +60,8 @@ VARIANTS = ("sig", "exp")
 MODES = ("fwd", "fwdbw")
 #: registers and threads of a Hopper SM, the most programs per SM; shared memory is the calibration's
 MAX_THREADS_PER_SM, MAX_PROGRAMS_PER_SM = 2048, 32
-#: rows of one Hopper warpgroup MMA: a tile product of fewer rows costs as many (a rule)
+#: rows of one Hopper warpgroup MMA: Triton compiles a tile product of fewer rows to mma.sync tiles, which
+#: calibrations since `Rates.times_short_products` time; before them such a product costs as many rows
 MMA_ROWS = 64
 #: 32-bit registers per thread besides the fp32 accumulators (addresses, gates, loop state): a rule
 REGISTER_OVERHEAD = 40
@@ -216,12 +217,25 @@ class Rates:
         def distance(dot: dict) -> tuple[float, int]:
             return _log2_gap(dot, "mnk", shape), dot["num_warps"] != warps
 
-        nearest = min(self.blocks["dot"], key=distance)
+        nearest = min(self._dot_shapes_for(shape[0]), key=distance)
         prefix = "one_stage_" if stages == 1 and "one_stage_flops_per_s" in nearest else ""
         if streamed == 1 and f"{prefix}a_resident_flops_per_s" in nearest:
             prefix += "a_resident_"
         return self.per_sm(nearest[f"{prefix}flops_per_s"], nearest[f"{prefix}one_per_sm_flops_per_s"],
                            concurrency)
+
+    @property
+    def times_short_products(self) -> bool:
+        """Whether the calibration times products of fewer than `MMA_ROWS` rows (the mma.sync tiles Triton
+        compiles them to on Hopper; calibrations before them price such a product as `MMA_ROWS` rows)."""
+        return any(dot["m"] < MMA_ROWS for dot in self.blocks["dot"])
+
+    def _dot_shapes_for(self, rows: int) -> list[dict]:
+        """The calibrated products of the same kind as one of ``rows`` rows: fewer than `MMA_ROWS` rows
+        (mma.sync tiles) or at least as many (warpgroup MMAs)."""
+        short = rows < MMA_ROWS
+        same = [dot for dot in self.blocks["dot"] if (dot["m"] < MMA_ROWS) == short]
+        return same or self.blocks["dot"]
 
     def pointwise(self, name: str, concurrency: float) -> float:
         """Per-SM fp32 elements per second of the pointwise block ``name`` (exp, fma, row_reduce),
@@ -401,8 +415,9 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     per_sm = math.ceil(launch.programs / sms)
     concurrency = min(resident, per_sm)
     products = concurrency * launch.chains
-    dot_s = sum(2 * max(m, MMA_ROWS) * n * k * count
-                / rates.dot_rate((max(m, MMA_ROWS), n, k), launch.warps, products, streamed, launch.stages)
+    rows = (lambda m: m) if rates.times_short_products else (lambda m: max(m, MMA_ROWS))
+    dot_s = sum(2 * rows(m) * n * k * count
+                / rates.dot_rate((rows(m), n, k), launch.warps, products, streamed, launch.stages)
                 for (m, n, k, streamed), count in launch.dots.items())
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
