@@ -254,7 +254,8 @@ def test_products_of_fewer_than_64_rows_take_the_calibrated_short_tiles(rates):
     assert calibrated.times_short_products and not rates.times_short_products
     rate = calibrated.dot_rate((16, 64, 128), 4, 1)
     assert rate == pytest.approx(short["one_per_sm_flops_per_s"] / calibrated.sm_count)
-    assert structural.launch_time(launch, calibrated).compute_s == pytest.approx(2 * 16 * 64 * 128 * 10 / rate)
+    own_rows = 2 * 16 * 64 * 128 * 10 / rate
+    assert structural.launch_time(launch, calibrated).compute_s == pytest.approx(own_rows)
     assert padded == pytest.approx(2 * 64 * 64 * 128 * 10 / rates.dot_rate((64, 64, 128), 4, 1))
     assert calibrated.dot_rate((64, 64, 128), 4, 1) == rates.dot_rate((64, 64, 128), 4, 1)
 

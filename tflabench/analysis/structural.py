@@ -32,10 +32,12 @@ its spills), the calibrated seconds per step of the nearest walk (`calibrate_blo
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
 timed in a loop of two pipeline stages, or of one for a launch of one stage (calibrations with those figures),
-and it (and the pointwise rates, where the calibration has their one-program-per-SM figures) interpolated
-in c between the calibration's one-program-per-SM and full-grid figures; r and the spills from the
-compiled kernels (compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling,
-else a rule. A pass is the sum of its launches.
+a product of fewer than 64 rows priced at its own rows and the nearest calibrated product of fewer than 64
+rows (mma.sync tiles; calibrations without them: as 64 rows, one warpgroup MMA), and it (and the pointwise
+rates, where the calibration has their one-program-per-SM figures) interpolated in c between the
+calibration's one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
+(compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling, else a rule. A
+pass is the sum of its launches.
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
 (the fused forward; TFLA's backward), ``reference`` (mlstm_kernels' xl_chunk as its launchers launch it:
@@ -408,6 +410,12 @@ def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
+def priced_rows(rows: int, short_products: bool) -> int:
+    """Rows a tile product is priced at: its own where the calibration times products of fewer than
+    `MMA_ROWS` rows (``short_products``, `Rates.times_short_products`), else at least `MMA_ROWS`."""
+    return rows if short_products else max(rows, MMA_ROWS)
+
+
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     """The launch's time on the calibrated GPU (module docstring)."""
     sms = rates.sm_count
@@ -415,10 +423,12 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     per_sm = math.ceil(launch.programs / sms)
     concurrency = min(resident, per_sm)
     products = concurrency * launch.chains
-    rows = (lambda m: m) if rates.times_short_products else (lambda m: max(m, MMA_ROWS))
-    dot_s = sum(2 * rows(m) * n * k * count
-                / rates.dot_rate((rows(m), n, k), launch.warps, products, streamed, launch.stages)
-                for (m, n, k, streamed), count in launch.dots.items())
+    short = rates.times_short_products
+    dot_s = 0.0
+    for (m, n, k, streamed), count in launch.dots.items():
+        rows = priced_rows(m, short)
+        dot_s += 2 * rows * n * k * count / rates.dot_rate((rows, n, k), launch.warps, products, streamed,
+                                                           launch.stages)
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
                         + launch.fma / rates.pointwise("fma", concurrency))
     for name, elements in (("row_reduce", launch.reductions), ("row_sum", launch.row_sums)):
