@@ -90,36 +90,25 @@ def test_spill_loop_rates_are_the_bytes_over_the_time_above_the_spill_free_line(
     assert calibrate_blocks.spill_loop_rates(timed[3:], trips=64) == []  # no line without spill-free loops
 
 
-@pytest.mark.parametrize("width, extra", [(32, 0), (32, 16)])
-def test_the_spill_loop_carries_its_tiles_through_the_products(width, extra):
-    """`_spill_loop_kernel` against float64: acc <- A[t] B + acc, carried <- 0.999 carried + rowsum(acc)
-    (the extra tile: 0.998), acc <- acc / 2 + rowsum(carried tiles) 1e-6 each trip; out = rowsum(acc) +
-    rowsum(carried tiles) per program."""
-    slots, rows, cols, inner, trips, programs = 3, 16, 16, 16, 5, 2
+def test_the_spill_loop_carries_its_tile_through_the_products():
+    """`_spill_loop_kernel` against float64: acc <- A[t] B + acc, carried <- 0.999 carried + rowsum(acc),
+    acc <- acc / 2 + rowsum(carried) 1e-6 each trip; out = rowsum(acc) + rowsum(carried) per program."""
+    slots, rows, cols, inner, width, trips, programs = 3, 16, 16, 16, 32, 5, 2
     a = torch.rand(slots * rows * inner)
     b = torch.rand(inner * cols)
     out = torch.empty(programs * rows)
     calibrate_blocks._spill_loop_kernel[(programs,)](a, b, out, trips, slots, ROWS=rows, COLS=cols,
-                                                     INNER=inner, WIDTH=width, EXTRA=extra, num_warps=1)
+                                                     INNER=inner, WIDTH=width, num_warps=1)
     a64, b64 = a.double().view(slots, rows, inner), b.double().view(inner, cols)
     for pid in range(programs):
         acc = torch.zeros(rows, cols, dtype=torch.float64)
-        tiles = [(torch.full((rows, size), float(pid), dtype=torch.float64), decay)
-                 for size, decay in ((width, 0.999), (extra, 0.998)) if size]
+        carried = torch.full((rows, width), float(pid), dtype=torch.float64)
         for trip in range(trips):
             acc = a64[trip % slots] @ b64 + acc
-            tiles = [(tile * decay + acc.sum(1, keepdim=True), decay) for tile, decay in tiles]
-            acc = acc * 0.5 + sum(tile.sum(1, keepdim=True) for tile, _ in tiles) * 1e-6
-        expected = acc.sum(1) + sum(tile.sum(1) for tile, _ in tiles)
+            carried = carried * 0.999 + acc.sum(1, keepdim=True)
+            acc = acc * 0.5 + carried.sum(1, keepdim=True) * 1e-6
+        expected = acc.sum(1) + carried.sum(1)
         torch.testing.assert_close(out[pid * rows:(pid + 1) * rows].double(), expected, rtol=1e-4, atol=0)
-
-
-def test_carried_widths_split_into_one_or_two_tiles():
-    assert calibrate_blocks._carried_tiles(512) == (512, 0)
-    assert calibrate_blocks._carried_tiles(768) == (512, 256)
-    assert calibrate_blocks._carried_tiles(1536) == (1024, 512)
-    with pytest.raises(ValueError):
-        calibrate_blocks._carried_tiles(896)
 
 
 @pytest.mark.parametrize("a_resident, b_resident", [(False, False), (True, False), (True, True)])

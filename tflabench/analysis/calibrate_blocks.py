@@ -90,10 +90,9 @@ WALK_SHAPES = (
 
 #: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs
 SPILL_LOOP_LAUNCHES = ((8, 1), (8, 2))
-#: fp32 columns of the spill loop's carried tiles (a power of two, or two: 768 = 512 + 256): 64, 128 and 256
-#: fit the registers (the loop without spills), 512 / 1024 / 2048 spill about 0.4 / 2 / 4.6 KB per thread (a
-#: stack of 100 KB to 2.4 MB per SM), 768 and 1536 the stacks between
-SPILL_LOOP_WIDTHS = (64, 128, 256, 512, 768, 1024, 1536, 2048)
+#: fp32 columns of the spill loop's carried tile: 64, 128 and 256 fit the registers (the loop without
+#: spills), 512 / 1024 / 2048 spill about 0.4 / 2 / 4.6 KB per thread (a stack of 100 KB to 2.4 MB per SM)
+SPILL_LOOP_WIDTHS = (64, 128, 256, 512, 1024, 2048)
 
 
 @dataclass(frozen=True)
@@ -318,35 +317,25 @@ def _spill_kernel(x_ptr, out_ptr, ITERS, ROWS: tl.constexpr, COLS: tl.constexpr)
 
 @triton.jit
 def _spill_loop_kernel(a_ptr, b_ptr, out_ptr, TRIPS, SLOTS, ROWS: tl.constexpr, COLS: tl.constexpr,
-                       INNER: tl.constexpr, WIDTH: tl.constexpr, EXTRA: tl.constexpr):
+                       INNER: tl.constexpr, WIDTH: tl.constexpr):
     """TRIPS trips of a kernel-shaped loop: an A tile [ROWS, INNER] from an L2-resident buffer of SLOTS
-    tiles into `tl.dot` with a fixed B [INNER, COLS], accumulated in fp32, and fp32 tiles [ROWS, WIDTH] and
-    (EXTRA > 0) [ROWS, EXTRA] carried from trip to trip: updated with the accumulator's row sums, and their
-    row sums added to the accumulator before the next product (which waits for them, as the fused forwards'
-    next products wait for their spilled tiles). Above about 256 registers per thread ((WIDTH + EXTRA) / 2
-    of them for the carried tiles at ROWS = 16 x warps) the compiler spills part of them and moves it every
-    trip."""
+    tiles into `tl.dot` with a fixed B [INNER, COLS], accumulated in fp32, and an fp32 tile [ROWS, WIDTH]
+    carried from trip to trip: updated with the accumulator's row sums, and its row sums added to the
+    accumulator before the next product (which waits for it, as the fused forwards' next products wait for
+    their spilled tiles). Above about 256 registers per thread (WIDTH / 2 of them for the carried tile at
+    ROWS = 16 x warps) the compiler spills part of it and moves it every trip."""
     pid = tl.program_id(0)
     rows = tl.arange(0, ROWS)
     a_offs = rows[:, None] * INNER + tl.arange(0, INNER)[None, :]
     b = tl.load(b_ptr + tl.arange(0, INNER)[:, None] * COLS + tl.arange(0, COLS)[None, :])
     acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
     carried = tl.zeros([ROWS, WIDTH], dtype=tl.float32) + pid
-    if EXTRA > 0:
-        extra = tl.zeros([ROWS, EXTRA], dtype=tl.float32) + pid
     for trip in range(TRIPS):
         a = tl.load(a_ptr + (trip % SLOTS) * ROWS * INNER + a_offs)
         acc = tl.dot(a, b, acc)
         carried = carried * 0.999 + tl.sum(acc, 1)[:, None]
-        feed = tl.sum(carried, 1)
-        if EXTRA > 0:
-            extra = extra * 0.998 + tl.sum(acc, 1)[:, None]
-            feed += tl.sum(extra, 1)
-        acc = acc * 0.5 + feed[:, None] * 1e-6
-    result = tl.sum(acc, 1) + tl.sum(carried, 1)
-    if EXTRA > 0:
-        result += tl.sum(extra, 1)
-    tl.store(out_ptr + pid * ROWS + rows, result)
+        acc = acc * 0.5 + tl.sum(carried, 1)[:, None] * 1e-6
+    tl.store(out_ptr + pid * ROWS + rows, tl.sum(acc, 1) + tl.sum(carried, 1))
 
 
 @triton.jit
@@ -534,10 +523,8 @@ def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) 
         programs = per_sm * limits.sm_count if sizes.device == "cuda" else per_sm
 
         def run(width: int, warps=warps, programs=programs):
-            first, extra = _carried_tiles(width)
             return _spill_loop_kernel[(programs,)](a, b, out, sizes.spill_loop_trips, slots, ROWS=16 * warps,
-                                                   COLS=cols, INNER=inner, WIDTH=first, EXTRA=extra,
-                                                   num_warps=warps)
+                                                   COLS=cols, INNER=inner, WIDTH=width, num_warps=warps)
 
         timed = []
         for width in sizes.spill_loop_widths:
@@ -551,16 +538,6 @@ def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) 
         loops += timed
         rates += spill_loop_rates(timed, sizes.spill_loop_trips)
     return {"loops": loops, "rates": rates}
-
-
-def _carried_tiles(width: int) -> tuple[int, int]:
-    """(WIDTH, EXTRA) of `_spill_loop_kernel` for ``width`` carried columns: the largest power of two in it
-    and the rest, which must be a power of two or 0 (tile sizes are powers of two)."""
-    first = 1 << (width.bit_length() - 1)
-    extra = width - first
-    if extra & (extra - 1):
-        raise ValueError(f"carried width {width} is not one or two powers of two")
-    return first, extra
 
 
 def spill_loop_rates(timed: list[dict], trips: int) -> list[dict]:
