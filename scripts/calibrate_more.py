@@ -52,7 +52,7 @@ def main() -> None:
         blocks["spill_loops"] = calibrate_blocks.measure_spill_loops(sizes, limits, timer)
         added.append("spill_loops")
     if shapes:
-        blocks["walk"] = blocks.get("walk", []) + calibrate_blocks.measure_walks(sizes, limits, timer)
+        blocks["walk"] = blocks["walk"] + calibrate_blocks.measure_walks(sizes, limits, timer)
         added.append("walk")
     if dots:
         blocks["dot"] = blocks["dot"] + calibrate_blocks.measure_dot(sizes, limits, timer)
