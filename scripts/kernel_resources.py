@@ -20,7 +20,7 @@ per thread per trip of that loop, read from the SASS).
 is checked and plotted at, today's and those of the former kernels versions that committed runs measured
 (`tilings.FORMER_DEFAULTS`, keys with a `/version` suffix), and the tilings that committed rows ran (A/B
 runs; keys `/version/tiling`), and writes them to
-`tflabench/analysis/compiled_resources.json` (about 10 minutes on two cores); the model reads registers,
+`tflabench/analysis/compiled_resources.json.gz` (about 10 minutes on two cores); the model reads registers,
 shared memory and loop spills from it (docs/performance-model.md).
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
 from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
@@ -34,8 +34,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gzip
 import inspect
 import itertools
+import json
 import math
 import multiprocessing
 import os
@@ -183,7 +185,8 @@ TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128)
                    (256, 512), (512, 512), (112, 112), (48, 96), (96, 192), (80, 160), (64, 96), (160, 160),
                    (192, 384), (384, 384))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
-TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysis", "compiled_resources.json")
+TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysis",
+                          "compiled_resources.json.gz")
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -282,18 +285,13 @@ def _reference_entry(dqk: int, dv: int, chunk: int) -> dict:
 def write_reference_table(path: str = TABLE_PATH) -> None:
     """Compile the reference's launches at the table's head dims and `REFERENCE_CHUNKS` and add them to the
     table as `reference/sig/<Dqk>x<Dv>/L<chunk>` (our entries are kept)."""
-    import json
-
     configs = [(dqk, dv, chunk) for dqk, dv in TABLE_HEAD_DIMS for chunk in REFERENCE_CHUNKS]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_reference_entry, configs)
-    with open(path) as file:
-        table = json.load(file)
+    table = read_table(path)
     table["entries"].update({"reference/sig/{}x{}/L{}".format(*config): entry
                              for config, entry in zip(configs, compiled, strict=True)})
-    with open(path, "w") as file:
-        json.dump(table, file, indent=1, sort_keys=True)
-        file.write("\n")
+    _write_table(path, table)
 
 
 def _committed_tilings() -> list[tuple]:
@@ -338,23 +336,31 @@ def _table_configs() -> list[tuple]:
 
 
 def write_table(path: str = TABLE_PATH) -> None:
-    """Compile every configuration of `_table_configs` and write the table as JSON."""
-    import json
-
+    """Compile every configuration of `_table_configs` and write the table as gzipped JSON."""
     configs = _table_configs()
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_table_entry_or_none, configs)
     entries = {_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
                if entry is not None}
     if os.path.exists(path):  # the reference's entries (`--reference-table`) are kept
-        with open(path) as file:
-            entries.update({key: entry for key, entry in json.load(file)["entries"].items()
-                            if key.startswith("reference/")})
-    table = {"target": f"sm_{HOPPER.arch}", "triton": triton.__version__,
-             "command": "python scripts/kernel_resources.py --table", "entries": entries}
-    with open(path, "w") as file:
-        json.dump(table, file, indent=1, sort_keys=True)
-        file.write("\n")
+        entries.update({key: entry for key, entry in read_table(path)["entries"].items()
+                        if key.startswith("reference/")})
+    _write_table(path, {"target": f"sm_{HOPPER.arch}", "triton": triton.__version__,
+                        "command": "python scripts/kernel_resources.py --table", "entries": entries})
+
+
+def read_table(path: str = TABLE_PATH) -> dict:
+    """The compiled-resources table (gzipped JSON)."""
+    with gzip.open(path, "rt") as file:
+        return json.load(file)
+
+
+def _write_table(path: str, table: dict) -> None:
+    """Write the table as gzipped JSON, keys sorted and no timestamp in the gzip header, so that the same
+    table gives the same bytes."""
+    text = json.dumps(table, indent=1, sort_keys=True) + "\n"
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as file:
+        file.write(text.encode())
 
 
 def main() -> None:

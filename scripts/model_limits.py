@@ -54,7 +54,7 @@ def summaries(ratios: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, 
 
 #: what the ratios depend on besides the committed runs: the model's code, its compiled-resources table and
 #: the calibrations (the commit that last changed one of them names the model the file was computed with)
-MODEL_INPUTS = ("tflabench/analysis/structural.py", "tflabench/analysis/compiled_resources.json",
+MODEL_INPUTS = ("tflabench/analysis/structural.py", "tflabench/analysis/compiled_resources.json.gz",
                 "results/calibration")
 
 

@@ -310,7 +310,7 @@ def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypat
 
 
 def test_the_shipped_table_matches_todays_tilings():
-    """Every entry of compiled_resources.json is for the tiling the kernels use now, (keys with a version
+    """Every entry of compiled_resources.json.gz is for the tiling the kernels use now, (keys with a version
     suffix) the default of that former version, or (keys with a version and a tiling) a committed row's
     tiling in that version (`python scripts/kernel_resources.py --table` regenerates it after a tiling
     change)."""
@@ -506,7 +506,7 @@ def test_kept_states_take_the_recomputed_recurrence_out_of_the_backward():
 
 
 def test_a_table_entry_without_a_later_tiling_field_stands_for_its_default():
-    """Entries of compiled_resources.json compiled before a tiling field existed match tilings with that
+    """Entries of compiled_resources.json.gz compiled before a tiling field existed match tilings with that
     field at its dataclass default (the kernels as they were compiled: v15's gate gradients as PyTorch ops),
     and no other value of it (v16's default, the kernel)."""
     problem = structural.Problem(8, 8192, 16, 128, 256, mode="fwdbw")

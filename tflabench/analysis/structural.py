@@ -36,7 +36,7 @@ a product of fewer than 64 rows priced at its own rows and the nearest calibrate
 rows (mma.sync tiles; calibrations without them: as 64 rows, one warpgroup MMA), and it (and the pointwise
 rates, where the calibration has their one-program-per-SM figures) interpolated in c between the
 calibration's one-program-per-SM and full-grid figures; r and the spills from the compiled kernels
-(compiled_resources.json, `scripts/kernel_resources.py --table`) where it has the tiling, else a rule. A
+(compiled_resources.json.gz, `scripts/kernel_resources.py --table`) where it has the tiling, else a rule. A
 pass is the sum of its launches.
 
 Algorithms: ``xl_chunk`` (TFLA, two levels), ``limit_chunk`` (TFLA with one tile per chunk), ``fused_chunk``
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import json
 import math
 from dataclasses import dataclass, field
@@ -73,7 +74,7 @@ SCHEDULERS_PER_SM = 4
 #: shared memory per resident program (Hopper tuning guide)
 REGISTER_UNIT, SHARED_RESERVED_BYTES = 8, 1024
 #: the table of compiled kernel resources shipped beside this module (`compiled_kernels`)
-COMPILED_RESOURCES = "compiled_resources.json"
+COMPILED_RESOURCES = "compiled_resources.json.gz"
 #: elementwise PyTorch launches of the backward's gate gradients (`launch.gate_grads`) and their passes
 #: over a [B*H, T] fp32 row
 GATE_GRAD_LAUNCHES, GATE_GRAD_ROW_PASSES = 12, 16
@@ -125,7 +126,7 @@ class Launch:
     `l2_bytes` of loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores `store_bytes`
     (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and stage_bytes (shared
     memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton function) finds its
-    compiled registers, shared memory and loop spills (`compiled`, from compiled_resources.json) when the
+    compiled registers, shared memory and loop spills (`compiled`, from compiled_resources.json.gz) when the
     table has them, and `loop_trips` is the trips of its outermost loop per program (what the spills of
     one trip are multiplied by). `walk`: (kind, L, Dqk, Dv) of the step of a launch whose programs walk
     the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`: the independent accumulator
@@ -485,7 +486,7 @@ def _fused_tiling(problem: Problem, chunk: int, tiling: str | dict | None = None
 
 def modelled_tiling(problem: Problem, algorithm: str, chunk: int, tiling: str | dict | None = None):
     """The tiling of our algorithm's first launch with ``tiling`` applied: fused_chunk's `FusedTiling` (its
-    forward), else xl_chunk's / limit_chunk's `Tiling`; what compiled_resources.json entries are keyed by
+    forward), else xl_chunk's / limit_chunk's `Tiling`; what compiled_resources.json.gz entries are keyed by
     (`scripts/kernel_resources.py --table`)."""
     if algorithm == "fused_chunk":
         return _fused_tiling(problem, chunk, tiling)
@@ -976,9 +977,9 @@ def _attach_compiled(launch_list: list[Launch], kernels: dict | None) -> None:
 
 @functools.cache
 def _compiled_table() -> dict:
-    """compiled_resources.json beside this module ({} when absent)."""
+    """compiled_resources.json.gz beside this module ({} when absent)."""
     path = Path(__file__).with_name(COMPILED_RESOURCES)
-    return json.loads(path.read_text())["entries"] if path.exists() else {}
+    return json.loads(gzip.decompress(path.read_bytes()))["entries"] if path.exists() else {}
 
 
 def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
