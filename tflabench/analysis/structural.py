@@ -233,6 +233,11 @@ class Rates:
         compiles them to on Hopper; calibrations before them price such a product as `MMA_ROWS` rows)."""
         return any(dot["m"] < MMA_ROWS for dot in self.blocks["dot"])
 
+    def priced_rows(self, rows: int) -> int:
+        """Rows a tile product of ``rows`` rows is priced at: its own where the calibration times products
+        of fewer than `MMA_ROWS` rows (`times_short_products`), else at least `MMA_ROWS`."""
+        return rows if self.times_short_products else max(rows, MMA_ROWS)
+
     def _dot_shapes_for(self, rows: int) -> list[dict]:
         """The calibrated products of the same kind as one of ``rows`` rows: fewer than `MMA_ROWS` rows
         (mma.sync tiles) or at least as many (warpgroup MMAs)."""
@@ -411,12 +416,6 @@ def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
-def priced_rows(rows: int, short_products: bool) -> int:
-    """Rows a tile product is priced at: its own where the calibration times products of fewer than
-    `MMA_ROWS` rows (``short_products``, `Rates.times_short_products`), else at least `MMA_ROWS`."""
-    return rows if short_products else max(rows, MMA_ROWS)
-
-
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     """The launch's time on the calibrated GPU (module docstring)."""
     sms = rates.sm_count
@@ -424,10 +423,9 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     per_sm = math.ceil(launch.programs / sms)
     concurrency = min(resident, per_sm)
     products = concurrency * launch.chains
-    short = rates.times_short_products
     dot_s = 0.0
     for (m, n, k, streamed), count in launch.dots.items():
-        rows = priced_rows(m, short)
+        rows = rates.priced_rows(m)
         dot_s += 2 * rows * n * k * count / rates.dot_rate((rows, n, k), launch.warps, products, streamed,
                                                            launch.stages)
     compute = per_sm * (dot_s + launch.exp / rates.pointwise("exp", concurrency)
