@@ -50,7 +50,7 @@ from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tflabench.analysis import sass
+from tflabench.analysis import sass, structural
 from tflabench.errors import InputError
 
 HOPPER = GPUTarget("cuda", 90, 32)
@@ -185,8 +185,7 @@ TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128)
                    (256, 512), (512, 512), (112, 112), (48, 96), (96, 192), (80, 160), (64, 96), (160, 160),
                    (192, 384), (384, 384))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
-TABLE_PATH = os.path.join(os.path.dirname(__file__), "..", "tflabench", "analysis",
-                          "compiled_resources.json.gz")
+TABLE_PATH = structural.COMPILED_RESOURCES_PATH
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -282,13 +281,13 @@ def _reference_entry(dqk: int, dv: int, chunk: int) -> dict:
     return {"source": f"mlstm_kernels {version('mlstm_kernels')}", "kernels": kernels}
 
 
-def write_reference_table(path: str = TABLE_PATH) -> None:
+def write_reference_table(path: Path = TABLE_PATH) -> None:
     """Compile the reference's launches at the table's head dims and `REFERENCE_CHUNKS` and add them to the
     table as `reference/sig/<Dqk>x<Dv>/L<chunk>` (our entries are kept)."""
     configs = [(dqk, dv, chunk) for dqk, dv in TABLE_HEAD_DIMS for chunk in REFERENCE_CHUNKS]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_reference_entry, configs)
-    table = read_table(path)
+    table = structural.read_compiled_resources(path)
     table["entries"].update({"reference/sig/{}x{}/L{}".format(*config): entry
                              for config, entry in zip(configs, compiled, strict=True)})
     _write_table(path, table)
@@ -335,7 +334,7 @@ def _table_configs() -> list[tuple]:
     return configs
 
 
-def write_table(path: str = TABLE_PATH) -> None:
+def write_table(path: Path = TABLE_PATH) -> None:
     """Compile every configuration of `_table_configs` and write the table as gzipped JSON."""
     configs = _table_configs()
     with multiprocessing.Pool(os.cpu_count()) as pool:
@@ -343,19 +342,13 @@ def write_table(path: str = TABLE_PATH) -> None:
     entries = {_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
                if entry is not None}
     if os.path.exists(path):  # the reference's entries (`--reference-table`) are kept
-        entries.update({key: entry for key, entry in read_table(path)["entries"].items()
-                        if key.startswith("reference/")})
+        kept = structural.read_compiled_resources(path)["entries"]
+        entries.update({key: entry for key, entry in kept.items() if key.startswith("reference/")})
     _write_table(path, {"target": f"sm_{HOPPER.arch}", "triton": triton.__version__,
                         "command": "python scripts/kernel_resources.py --table", "entries": entries})
 
 
-def read_table(path: str = TABLE_PATH) -> dict:
-    """The compiled-resources table (gzipped JSON)."""
-    with gzip.open(path, "rt") as file:
-        return json.load(file)
-
-
-def _write_table(path: str, table: dict) -> None:
+def _write_table(path: Path, table: dict) -> None:
     """Write the table as gzipped JSON, keys sorted and no timestamp in the gzip header, so that the same
     table gives the same bytes."""
     text = json.dumps(table, indent=1, sort_keys=True) + "\n"

@@ -75,6 +75,7 @@ SCHEDULERS_PER_SM = 4
 REGISTER_UNIT, SHARED_RESERVED_BYTES = 8, 1024
 #: the table of compiled kernel resources shipped beside this module (`compiled_kernels`)
 COMPILED_RESOURCES = "compiled_resources.json.gz"
+COMPILED_RESOURCES_PATH = Path(__file__).with_name(COMPILED_RESOURCES)
 #: elementwise PyTorch launches of the backward's gate gradients (`launch.gate_grads`) and their passes
 #: over a [B*H, T] fp32 row
 GATE_GRAD_LAUNCHES, GATE_GRAD_ROW_PASSES = 12, 16
@@ -973,11 +974,16 @@ def _attach_compiled(launch_list: list[Launch], kernels: dict | None) -> None:
         launch.compiled = (kernels or {}).get(launch.kernel)
 
 
+def read_compiled_resources(path: Path = COMPILED_RESOURCES_PATH) -> dict:
+    """The compiled-resources table (gzipped JSON: target, triton, command, entries), as
+    `scripts/kernel_resources.py` writes it."""
+    return json.loads(gzip.decompress(Path(path).read_bytes()))
+
+
 @functools.cache
 def _compiled_table() -> dict:
-    """compiled_resources.json.gz beside this module ({} when absent)."""
-    path = Path(__file__).with_name(COMPILED_RESOURCES)
-    return json.loads(gzip.decompress(path.read_bytes()))["entries"] if path.exists() else {}
+    """The entries of the compiled-resources table beside this module ({} when absent)."""
+    return read_compiled_resources()["entries"] if COMPILED_RESOURCES_PATH.exists() else {}
 
 
 def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
