@@ -13,13 +13,13 @@ About 20 s per block on an H100, most of it compiling.
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from tflabench.analysis import calibrate_blocks
-from tflabench.nvml import device_info
-from tflabench.provenance import git_state, software_versions
+from tflabench.analysis.commands import calibration_provenance
 
 WALK_NAME = ("kind", "l", "dqk", "dv", "num_warps", "num_stages")
 DOT_NAME = ("m", "n", "k", "num_warps")
@@ -58,10 +58,8 @@ def main() -> None:
         blocks["dot"] = blocks["dot"] + calibrate_blocks.measure_dot(sizes, limits, timer)
         added.append("dot")
     provenance = {"blocks": added, "walk_shapes": [list(shape) for shape in shapes],
-                  "dot_shapes": [list(shape) for shape in dots],
-                  "seconds": time.perf_counter() - started, "git": git_state(),
-                  "versions": software_versions([]), "command": " ".join(["python", *sys.argv]),
-                  "gpu": device_info()}
+                  "dot_shapes": [list(shape) for shape in dots], "seconds": time.perf_counter() - started,
+                  **calibration_provenance(command=shlex.join(["python", *sys.argv]))}
     record.setdefault("provenance", {}).setdefault("additions", []).append(provenance)
     (args.out or args.calibration).write_text(json.dumps(record, indent=2) + "\n")
     name, seconds = provenance["gpu"].get("name", "?"), provenance["seconds"]

@@ -500,7 +500,7 @@ def calibrate(
         block_figures = _measure_blocks() if blocks else None
     path = None
     if save:
-        provenance = _provenance(sampler.summary())
+        provenance = calibration_provenance(sampler.summary())
         path = hardware.save_measured_ceilings(device.key, measured, block_figures, provenance)
     datasheet = hardware.datasheet_ceilings(device)
     if as_json:
@@ -591,14 +591,14 @@ def _scalar_figures(records: list[dict], merged: dict):
                 yield f"{prefix}{field}", [float(section(record, name)[field]) for record in records], value
 
 
-def _provenance(clocks: dict) -> dict:
-    """Where a calibration comes from: the checkout's commit, the software versions, the command line, the
-    GPU (NVML's name, serial, UUID, driver) with ``clocks``, its clocks during the calibration
-    (`NvmlSampler.summary`)."""
+def calibration_provenance(clocks: dict | None = None, command: str | None = None) -> dict:
+    """Where a calibration comes from: the checkout's commit, the software versions, the command line
+    (``command``, default this `tflabench` command's), the GPU (NVML's name, serial, UUID, driver) with
+    ``clocks``, its clocks during the calibration (`NvmlSampler.summary`)."""
     from tflabench.provenance import command_line, git_state, software_versions
 
-    return {"git": git_state(), "versions": software_versions([]), "command": command_line(),
-            "gpu": device_info() | clocks}
+    return {"git": git_state(), "versions": software_versions([]), "command": command or command_line(),
+            "gpu": device_info() | (clocks or {})}
 
 
 def _measure_blocks() -> dict:
