@@ -34,7 +34,7 @@ def test_spilling_launches_by_warps_and_tilings_without_compiled_resources():
     v6 = model_check.row_tiling("v6", "exp", None, (128, 128))
     assert "spills_8w" in model_limits.weak_points(_problem(128, 128, "exp"), "fused_chunk", 128, v6)
     assert "spills_8w" not in model_limits.weak_points(_problem(128, 128, "exp"), "fused_chunk", 16)
-    assert "no_compiled" in model_limits.weak_points(_problem(192, 192), "xl_chunk", 128)
+    assert "no_compiled" in model_limits.weak_points(_problem(224, 224), "xl_chunk", 128)
     assert "no_compiled" not in model_limits.weak_points(_problem(128, 128), "xl_chunk", 128)
 
 
