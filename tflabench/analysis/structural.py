@@ -940,10 +940,9 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
             _reference_gate_gradient_launch(problem),
         ]
     launch_list[2].loop_trips = _mean_causal_tiles(chunk, tiling.block_q, tiling.out_block_kv)  # its kv loop
-    kernels = compiled_kernels(problem, "reference", chunk) or {}
     for launch in launch_list:
         launch.kernel = REFERENCE_KERNELS.get(launch.name, launch.kernel)
-        launch.compiled = kernels.get(launch.kernel)
+    _attach_compiled(launch_list, compiled_kernels(problem, "reference", chunk))
     return launch_list
 
 
@@ -968,10 +967,13 @@ def _reference_gate_gradient_launch(problem: Problem) -> Launch:
 
 
 def _attach_compiled(launch_list: list[Launch], kernels: dict | None) -> None:
-    """Set each launch's compiled resources from a table entry's kernels (launches of kernels the entry
-    lacks, such as the PyTorch gate-gradient ops, keep the rule)."""
+    """Set each launch's compiled resources from a table entry's kernels, and its warps to those it was
+    compiled with (the reference launches 2 warps per program at Dqk 32, where the model's tiling has 4);
+    launches of kernels the entry lacks, such as the PyTorch gate-gradient ops, keep the rule."""
     for launch in launch_list:
         launch.compiled = (kernels or {}).get(launch.kernel)
+        if launch.compiled is not None:
+            launch.warps = launch.compiled.get("num_warps", launch.warps)
 
 
 def read_compiled_resources(path: Path = COMPILED_RESOURCES_PATH) -> dict:
