@@ -354,6 +354,16 @@ def test_the_reference_is_modelled_from_its_launches():
                if launch.name in structural.REFERENCE_KERNELS)
 
 
+def test_a_launch_runs_the_warps_it_was_compiled_with(rates):
+    """At Dqk 32 the reference's launchers run 2 warps per program where its modelled tiling has 4: the
+    launches take the compiled warps, and with them the occupancy of 255 registers at 64 threads."""
+    problem = structural.Problem(8, 8192, 32, 32, 64)
+    output = {launch.name: launch for launch in structural.launches(problem, "reference", 128)}["output"]
+    assert output.compiled["num_warps"] == 2
+    assert output.warps == 2
+    assert structural.resident_programs(output, rates) == 4  # 65,536 registers / (256 x 64)
+
+
 def test_a_stale_reference_entry_falls_back_to_the_rule(monkeypatch):
     """A reference entry compiled with other tiles than `reference_tiling` is ignored."""
     problem = structural.Problem(8, 8192, 16, 128, 256)
