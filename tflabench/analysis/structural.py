@@ -27,8 +27,8 @@ against those of the calibration's one program), and store_rate the full-grid st
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
 rounds of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for
-its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`), timed
-with two programs walking per SM where c >= 2 and the calibration has that figure.
+its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`), each of
+the c - 1 other walkers on the SM adding what a second one adds where the calibration times two.
 
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
@@ -286,11 +286,11 @@ class Rates:
                   ) -> float:
         """Seconds per step of one program walking the chunks in order with ``concurrency`` programs walking
         on its SM: the calibrated walk of the same kind nearest in log2 (L, Dqk, Dv), a warp count or stage
-        count that differs counting as one doubling, its step with one program per SM or, at two or more
-        and where the calibration has it, with two (`calibrate_blocks.measure_walks`); 0 when the
-        calibration times no walk of that kind. Walks whose own kernel spilled registers are left out: they
-        time their own spills, which are not the launch's (its spills come from its compiled resources,
-        `spilled_bytes`)."""
+        count that differs counting as one doubling, its step with one program per SM and, where the
+        calibration also times it with two (`calibrate_blocks.measure_walks`), each further walker adding
+        what the second added: step_1 + (concurrency - 1) (step_2 - step_1); 0 when the calibration times no
+        walk of that kind. Walks whose own kernel spilled registers are left out: they time their own
+        spills, which are not the launch's (its spills come from its compiled resources, `spilled_bytes`)."""
         kind, *shape = walk
         measured = [item for item in self.blocks.get("walk", [])
                     if item["kind"] == kind and not item.get("spill_bytes_per_thread")]
@@ -302,8 +302,8 @@ class Rates:
             return gap + (item["num_warps"] != warps) + (item["num_stages"] != stages)
 
         nearest = min(measured, key=distance)
-        return float(nearest.get("two_per_sm_step_s", nearest["step_s"]) if concurrency >= 2
-                     else nearest["step_s"])
+        alone = nearest["step_s"]
+        return float(alone + max(0, concurrency - 1) * (nearest.get("two_per_sm_step_s", alone) - alone))
 
 
 # ---------------------------------------------------------------------------------------------- occupancy
