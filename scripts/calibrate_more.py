@@ -1,8 +1,7 @@
 """Measure building blocks a committed calibration lacks, on this GPU, and add them to the file: the
 spill-loop rates (``--spill-loops``: `calibrate_blocks.measure_spill_loops`, one and two 8-warp programs per
-SM, stacks from L1-sized to larger than L2), the walks of `calibrate_blocks.WALK_SHAPES` (``--walks``; all of
-them again, replacing the file's, where its walks lack the step with two programs per SM) and the tile
-products of `calibrate_blocks.DOT_SHAPES` (``--dots``) the file does not have. The rest of the file (the
+SM, stacks from L1-sized to larger than L2), the walks of `calibrate_blocks.WALK_SHAPES` (``--walks``) and the
+tile products of `calibrate_blocks.DOT_SHAPES` (``--dots``) the file does not have. The rest of the file (the
 median of several machines) is left as it is; each addition's provenance (commit, versions, command, GPU) is
 appended to the file's ``provenance.additions``. On the GPU machine, in the repository root:
 
@@ -36,17 +35,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("calibration", type=Path, help="the calibration file to add the figures to")
     parser.add_argument("--spill-loops", action="store_true", help="measure (again) the spill-loop rates")
-    parser.add_argument("--walks", action="store_true",
-                        help="measure the walk shapes the file lacks (all of them where its walks lack the "
-                             "step with two programs per SM)")
+    parser.add_argument("--walks", action="store_true", help="measure the walk shapes the file lacks")
     parser.add_argument("--dots", action="store_true", help="measure the tile products the file lacks")
     parser.add_argument("--out", type=Path, help="where to write the file (default: in place)")
     args = parser.parse_args()
     record = json.loads(args.calibration.read_text())
     blocks = record["blocks"]
-    walks_again = args.walks and any("two_per_sm_step_s" not in walk for walk in blocks["walk"])
-    if walks_again:
-        blocks["walk"] = []
     shapes = missing(blocks["walk"], WALK_NAME, calibrate_blocks.WALK_SHAPES) if args.walks else ()
     dots = missing(blocks["dot"], DOT_NAME, calibrate_blocks.DOT_SHAPES) if args.dots else ()
     sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), walk_shapes=shapes, dot_shapes=dots)
@@ -84,7 +78,6 @@ def _report(blocks: dict, spill_loops: bool, walks: int, dots: int) -> list[str]
     for walk in blocks["walk"][len(blocks["walk"]) - walks:]:
         shape = "{kind} walk, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(**walk)
         lines.append(f"{shape}: {walk['step_s'] * 1e6:.2f} us per step, "
-                     f"{walk['two_per_sm_step_s'] * 1e6:.2f} with two programs per SM, "
                      f"{walk['spill_bytes_per_thread']} spilled bytes per thread")
     for dot in blocks["dot"][len(blocks["dot"]) - dots:]:
         rates = ", ".join(f"{name.removesuffix('flops_per_s') or 'two-stage '}{value / 1e12:.0f}"

@@ -711,28 +711,6 @@ def test_walks_whose_own_kernel_spilled_are_left_out(rates):
     assert walking.walk_step(("fused_exp", 128, 64, 64), 8, 2) == 0
 
 
-def test_walkers_side_by_side_slow_each_other_down(rates):
-    """With c programs walking on an SM at once, a walk floor takes the calibrated step of one program plus
-    c - 1 times what a second walker added (two per SM); alone, or with a calibration that lacks that
-    figure, the step of one."""
-    blocks = json.loads(json.dumps(rates.blocks))
-    step = 2e-6
-    blocks["walk"] = [{"kind": "fused", "l": 32, "dqk": 64, "dv": 64, "num_warps": 4, "num_stages": 2,
-                       "step_s": step, "two_per_sm_step_s": 1.5 * step, "spill_bytes_per_thread": 0}]
-    walking = structural.Rates(blocks)
-    assert walking.walk_step(("fused", 32, 64, 64), 4, 2) == step
-    assert walking.walk_step(("fused", 32, 64, 64), 4, 2, concurrency=2) == 1.5 * step
-    assert walking.walk_step(("fused", 32, 64, 64), 4, 2, concurrency=3) == pytest.approx(2 * step)
-    del blocks["walk"][0]["two_per_sm_step_s"]
-    assert structural.Rates(blocks).walk_step(("fused", 32, 64, 64), 4, 2, concurrency=2) == step
-    blocks["walk"][0]["two_per_sm_step_s"] = 1.5 * step
-    pair = _launch(structural.Problem(2 * rates.sm_count, 4096, 1, 64, 64), "fused_chunk", 32,
-                   "fused forward")
-    timed = structural.launch_time(pair, walking)
-    assert timed.concurrency == 2
-    assert timed.compute_s >= 4096 // 32 * 1.5 * step
-
-
 def test_independent_product_chains_count_as_programs_for_the_product_rate():
     """The dK/dV kernel's two chains (scores and score gradients) get the product rate of twice its
     resident programs: less compute than the same launch as one chain, never more than at the full grid."""

@@ -27,9 +27,7 @@ the whole GPU busy (aggregate rates, all SMs):
   carried from step to step, as the chunk-recurrent kernels do (the TFLA state recurrence; the fused
   kernels' chunk walk), with the kernels' own step code (`triton_fwd`'s recurrence step, `triton_fused`'s
   gates, products and state update): with nothing else on its SM, each step waits for the one before, so
-  its latency, not a throughput, is what such a launch takes when its programs do not fill the GPU; and
-  the step of each of two programs walking side by side on an SM (``two_per_sm_step_s``), which slow each
-  other down;
+  its latency, not a throughput, is what such a launch takes when its programs do not fill the GPU;
 * ``launch``: seconds per launch of a back-to-back burst of one-program launches, and seconds per program of
   an (almost) empty kernel with many programs;
 * ``device``: SM count, shared memory and registers per SM, L2 size (what occupancy is computed from).
@@ -88,9 +86,6 @@ WALK_SHAPES = (
     ("fused", 16, 256, 32, 4, 2), ("fused", 32, 256, 32, 4, 2),
     ("fused_exp", 16, 128, 64, 8, 2), ("fused_exp", 32, 128, 64, 8, 2),
     ("fused_exp", 16, 256, 32, 8, 2), ("fused_exp", 32, 256, 32, 8, 2),
-    ("fused", 16, 64, 64, 4, 2), ("fused", 32, 64, 64, 4, 2),
-    ("fused", 16, 64, 128, 4, 2), ("fused", 32, 64, 128, 4, 2),
-    ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
 )
 
 #: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs
@@ -412,13 +407,11 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
 
 
 def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
-    """Seconds per step of `_walk_kernel` per (kind, L, Dqk, Dv, num_warps, num_stages) of
-    `sizes.walk_shapes`, cycling through `sizes.walk_slots` tiles (on the CPU two): ``step_s`` with one
-    program per SM (the SMs' programs run side by side and do not meet), ``two_per_sm_step_s`` with two
-    (each program's step while another walks beside it on its SM: they share the SM's issue slots and
-    tensor cores), and the walk kernel's own register spills (``spill_bytes_per_thread``; a spilling walk
-    times its spills, not the step's latency alone). Kinds: ``state`` (the state recurrence), ``fused``
-    (mLSTMsig's fused forward), ``fused_exp`` (mLSTMexp's)."""
+    """Seconds per step (``step_s``) of `_walk_kernel` per (kind, L, Dqk, Dv, num_warps, num_stages) of
+    `sizes.walk_shapes`, one program per SM (the SMs' programs run side by side and do not meet), cycling
+    through `sizes.walk_slots` tiles (on the CPU two), and the walk kernel's own register spills
+    (``spill_bytes_per_thread``; a spilling walk times its spills, not the step's latency alone). Kinds:
+    ``state`` (the state recurrence), ``fused`` (mLSTMsig's fused forward), ``fused_exp`` (mLSTMexp's)."""
     programs = _grid_programs(sizes, limits)[1]
     if sizes.device != "cuda":
         slots = 2
@@ -429,18 +422,17 @@ def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> lis
         q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
         v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
         gate = _walk_gates(kind, slots, chunk, sizes.device)
-        h = torch.empty(2 * programs, chunk, dv, device=sizes.device)
-        out = torch.empty(2 * programs, device=sizes.device)
+        h = torch.empty(programs, chunk, dv, device=sizes.device)
+        out = torch.empty(programs, device=sizes.device)
 
-        def launch(grid=programs, q=q, k=k, v=v, gate=gate, h=h, out=out, kind=kind, chunk=chunk, dqk=dqk,
-                   dv=dv, warps=warps, stages=stages):
-            return _walk_kernel[(grid,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
-                                         DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
-                                         NUM_STAGES=stages, num_warps=warps)
+        def launch(q=q, k=k, v=v, gate=gate, h=h, out=out, kind=kind, chunk=chunk, dqk=dqk, dv=dv,
+                   warps=warps, stages=stages):
+            return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
+                                             DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
+                                             NUM_STAGES=stages, num_warps=warps)
         spill_bytes = 4 * (getattr(launch(), "n_spills", 0) or 0)  # Triton reports 32-bit words
         results.append({"kind": kind, "l": chunk, "dqk": dqk, "dv": dv, "num_warps": warps,
                         "num_stages": stages, "step_s": timer(launch) / sizes.walk_steps,
-                        "two_per_sm_step_s": timer(lambda: launch(2 * programs)) / sizes.walk_steps,
                         "spill_bytes_per_thread": spill_bytes})
         del q, k, v, gate
     return results

@@ -626,9 +626,8 @@ def _print_blocks(console: Console, blocks: dict) -> None:
             kb=spill["stack_bytes_per_sm"] / 1024, **spill)
         rates.add_row(label, f"{spill['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM")
     for walk in blocks.get("walk", []):
-        two = f", {walk['two_per_sm_step_s'] * 1e6:.2f} us two per SM" if "two_per_sm_step_s" in walk else ""
         rates.add_row("{kind} walk step, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(
-            **walk), f"{walk['step_s'] * 1e6:.2f} us{two}")
+            **walk), f"{walk['step_s'] * 1e6:.2f} us")
     rates.add_row("launch", f"{blocks['launch']['launch_s'] * 1e6:.2f} us")
     rates.add_row("per program", f"{blocks['launch']['program_s'] * 1e9:.3f} ns")
     rates.add_row("SMs", str(blocks["device"]["sm_count"]))

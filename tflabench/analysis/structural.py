@@ -27,8 +27,7 @@ against those of the calibration's one program), and store_rate the full-grid st
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
 rounds of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for
-its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`), each of
-the c - 1 other walkers on the SM adding what a second one adds where the calibration times two.
+its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
 
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
@@ -282,15 +281,12 @@ class Rates:
             if item["warps_per_sm"] == level])) for level in levels]
         return _interpolate_log2(warps_per_sm, by_level)
 
-    def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int, concurrency: int = 1
-                  ) -> float:
-        """Seconds per step of one program walking the chunks in order with ``concurrency`` programs walking
-        on its SM: the calibrated walk of the same kind nearest in log2 (L, Dqk, Dv), a warp count or stage
-        count that differs counting as one doubling, its step with one program per SM and, where the
-        calibration also times it with two (`calibrate_blocks.measure_walks`), each further walker adding
-        what the second added: step_1 + (concurrency - 1) (step_2 - step_1); 0 when the calibration times no
-        walk of that kind. Walks whose own kernel spilled registers are left out: they time their own
-        spills, which are not the launch's (its spills come from its compiled resources, `spilled_bytes`)."""
+    def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
+        """Seconds per step of one program walking the chunks in order: the calibrated walk of the same
+        kind nearest in log2 (L, Dqk, Dv), a warp count or stage count that differs counting as one doubling;
+        0 when the calibration times no walk of that kind. Walks whose own kernel spilled registers are left
+        out: they time their own spills, which are not the launch's (its spills come from its compiled
+        resources, `spilled_bytes`)."""
         kind, *shape = walk
         measured = [item for item in self.blocks.get("walk", [])
                     if item["kind"] == kind and not item.get("spill_bytes_per_thread")]
@@ -301,9 +297,7 @@ class Rates:
             gap = _log2_gap(item, ("l", "dqk", "dv"), shape)
             return gap + (item["num_warps"] != warps) + (item["num_stages"] != stages)
 
-        nearest = min(measured, key=distance)
-        alone = nearest["step_s"]
-        return float(alone + max(0, concurrency - 1) * (nearest.get("two_per_sm_step_s", alone) - alone))
+        return float(min(measured, key=distance)["step_s"])
 
 
 # ---------------------------------------------------------------------------------------------- occupancy
@@ -450,7 +444,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     memory = per_sm * (loads + stores)
     if launch.walk is not None:
         rounds = math.ceil(per_sm / concurrency)
-        step = rates.walk_step(launch.walk, launch.warps, launch.stages, concurrency)
+        step = rates.walk_step(launch.walk, launch.warps, launch.stages)
         compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
