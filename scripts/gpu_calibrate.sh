@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Calibrate the GPU of a device command: `tflabench calibrate` (bf16 matmul, device copy, and the building
 # blocks of the mLSTM kernels: tl.dot tiles, exp, token- and state-tile loads/stores, launch and per-program
-# overheads; under two minutes on an H100 or H200, 110-116 s with a cold Triton cache).
+# overheads; about a minute on an H100 or H200 with a cold Triton cache, the kernels compiled in parallel).
 #
 # Usage, on the GPU machine in the repository root:
 #   OUT=<dir> bash scripts/gpu_calibrate.sh [calibrate options, e.g. --gpu h200 --repeats 30]

@@ -483,7 +483,7 @@ def calibrate(
     as_json: JsonFlag = False,
 ) -> None:
     """Measure this GPU's bf16 matmul rate and copy bandwidth (read + write) and, with --blocks, the
-    building blocks of the mLSTM kernels (under two minutes on an H100 or H200); store them."""
+    building blocks of the mLSTM kernels (about a minute on an H100 or H200); store them."""
     from tflabench.analysis.calibrate import cuda_device_name, measure_ceilings
 
     for option, value in (("--matmul-size", matmul_size), ("--copy-mib", copy_mib), ("--repeats", repeats)):
