@@ -180,12 +180,13 @@ def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
 #: 64/128 and 96/96 (results/h100/model-holdout; 96: blocks that do not divide the reference's),
 #: square ones for the L* over head dim plot, the masked head dims of the held-out runs holdout-masked-loads
 #: (112/112, 48/96, 96/192), holdout-masked-ours (80/160, 64/96, 160/160), holdout-spill-curve (192/384,
-#: 384/384), holdout-new-heads (192/192, 128/512, 32/64), holdout-walkers (64/192, 64/256) and
-#: holdout-walkers-linear (64/32, 32/128, 32/32); limit_chunk and larger chunks use the model's rule
+#: 384/384), holdout-new-heads (192/192, 128/512, 32/64), holdout-walkers (64/192, 64/256),
+#: holdout-walkers-linear (64/32, 32/128, 32/32) and holdout-small-head-shapes (32/256); limit_chunk and
+#: larger chunks use the model's rule
 TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128), (128, 256), (256, 256),
                    (256, 512), (512, 512), (112, 112), (48, 96), (96, 192), (80, 160), (64, 96), (160, 160),
                    (192, 384), (384, 384), (192, 192), (128, 512), (32, 64), (64, 32), (32, 128),
-                   (32, 32), (64, 192), (64, 256))
+                   (32, 32), (64, 192), (64, 256), (32, 256))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
 TABLE_PATH = structural.COMPILED_RESOURCES_PATH
 RESULTS = Path(__file__).resolve().parent.parent / "results"

@@ -68,6 +68,7 @@ DOT_SHAPES = (
     (128, 64, 64, 8), (128, 128, 64, 8), (128, 128, 128, 8), (128, 256, 64, 8),
     (16, 32, 256, 4), (16, 64, 128, 4), (16, 16, 128, 4), (16, 64, 16, 4), (16, 64, 128, 8),
     (32, 32, 256, 4), (32, 64, 128, 4), (32, 32, 128, 4), (32, 64, 32, 4), (32, 64, 128, 8),
+    (16, 128, 32, 4), (16, 128, 16, 4), (32, 128, 16, 4),
 )
 
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the timed walks: ``state``, the state recurrence's sub-chunk
@@ -88,6 +89,9 @@ WALK_SHAPES = (
     ("fused", 16, 256, 32, 4, 2), ("fused", 32, 256, 32, 4, 2),
     ("fused_exp", 16, 128, 64, 8, 2), ("fused_exp", 32, 128, 64, 8, 2),
     ("fused_exp", 16, 256, 32, 8, 2), ("fused_exp", 32, 256, 32, 8, 2),
+    ("fused", 16, 64, 64, 4, 2), ("fused", 32, 64, 64, 4, 2),
+    ("fused", 16, 64, 128, 4, 2), ("fused", 32, 64, 128, 4, 2),
+    ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
 )
 
 #: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs
