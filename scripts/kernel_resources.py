@@ -21,7 +21,9 @@ is checked and plotted at, today's and those of the former kernels versions that
 (`tilings.FORMER_DEFAULTS`, keys with a `/version` suffix), and the tilings that committed rows ran (A/B
 runs; keys `/version/tiling`), and writes them to
 `tflabench/analysis/compiled_resources.json.gz` (about 10 minutes on two cores); the model reads registers,
-shared memory and loop spills from it (docs/performance-model.md).
+shared memory and loop spills from it (docs/performance-model.md). A head-dim pair added to
+`TABLE_HEAD_DIMS` can be compiled alone and merged into the table with `--table --head-dims 64x192`
+(repeatable): the entries a full run writes for it, in a minute or two.
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
 from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
 
@@ -284,16 +286,29 @@ def _reference_entry(dqk: int, dv: int, chunk: int) -> dict:
     return {"source": f"mlstm_kernels {version('mlstm_kernels')}", "kernels": kernels}
 
 
-def write_reference_table(path: Path = TABLE_PATH) -> None:
-    """Compile the reference's launches at the table's head dims and `REFERENCE_CHUNKS` and add them to the
-    table as `reference/sig/<Dqk>x<Dv>/L<chunk>` (our entries are kept)."""
-    configs = [(dqk, dv, chunk) for dqk, dv in TABLE_HEAD_DIMS for chunk in REFERENCE_CHUNKS]
+def write_reference_table(path: Path = TABLE_PATH, head_dims: set[tuple[int, int]] | None = None) -> None:
+    """Compile the reference's launches at the table's head dims (or only ``head_dims``) and
+    `REFERENCE_CHUNKS` and add them to the table as `reference/sig/<Dqk>x<Dv>/L<chunk>` (our entries are
+    kept)."""
+    configs = [(dqk, dv, chunk) for dqk, dv in _selected_head_dims(head_dims) for chunk in REFERENCE_CHUNKS]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_reference_entry, configs)
     table = structural.read_compiled_resources(path)
     table["entries"].update({"reference/sig/{}x{}/L{}".format(*config): entry
                              for config, entry in zip(configs, compiled, strict=True)})
     _write_table(path, table)
+
+
+def _selected_head_dims(head_dims: set[tuple[int, int]] | None) -> tuple[tuple[int, int], ...]:
+    """`TABLE_HEAD_DIMS`, or those of them in ``head_dims``; a pair the table does not list is an error
+    (add it to `TABLE_HEAD_DIMS` first, so that a full `--table` run writes it too)."""
+    if head_dims is None:
+        return TABLE_HEAD_DIMS
+    unknown = sorted(head_dims - set(TABLE_HEAD_DIMS))
+    if unknown:
+        raise InputError(f"head dims {', '.join(f'{dqk}x{dv}' for dqk, dv in unknown)} are not in "
+                         "TABLE_HEAD_DIMS; add them there first")
+    return tuple(pair for pair in TABLE_HEAD_DIMS if pair in head_dims)
 
 
 def _committed_tilings() -> list[tuple]:
@@ -337,16 +352,20 @@ def _table_configs() -> list[tuple]:
     return configs
 
 
-def write_table(path: Path = TABLE_PATH) -> None:
-    """Compile every configuration of `_table_configs` and write the table as gzipped JSON."""
-    configs = _table_configs()
+def write_table(path: Path = TABLE_PATH, head_dims: set[tuple[int, int]] | None = None) -> None:
+    """Compile every configuration of `_table_configs` and write the table as gzipped JSON; with
+    ``head_dims``, compile only the configurations at those (Dqk, Dv) pairs and replace their entries in the
+    table, keeping the others (what a full run writes for them)."""
+    selected = _selected_head_dims(head_dims)
+    configs = [config for config in _table_configs() if config[2:4] in selected]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_table_entry_or_none, configs)
     entries = {_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
                if entry is not None}
-    if os.path.exists(path):  # the reference's entries (`--reference-table`) are kept
+    if os.path.exists(path):  # the reference's entries (`--reference-table`), and the other head dims' kept
         kept = structural.read_compiled_resources(path)["entries"]
-        entries.update({key: entry for key, entry in kept.items() if key.startswith("reference/")})
+        entries.update({key: entry for key, entry in kept.items()
+                        if key.startswith("reference/") or (head_dims is not None and key not in entries)})
     _write_table(path, {"target": f"sm_{HOPPER.arch}", "triton": triton.__version__,
                         "command": "python scripts/kernel_resources.py --table", "entries": entries})
 
@@ -357,6 +376,15 @@ def _write_table(path: Path, table: dict) -> None:
     text = json.dumps(table, indent=1, sort_keys=True) + "\n"
     with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as file:
         file.write(text.encode())
+
+
+def _head_dims(text: str) -> tuple[int, int]:
+    """``"64x192"`` -> (64, 192)."""
+    dqk, _, dv = text.partition("x")
+    try:
+        return int(dqk), int(dv)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected DQKxDV such as 64x192, got {text!r}") from None
 
 
 def main() -> None:
@@ -383,9 +411,13 @@ def main() -> None:
     parser.add_argument("--reference-table", action="store_true",
                         help="add mlstm_kernels' mLSTMsig xl_chunk (the reference kernel) at the "
                              "table's head dims and chunk sizes to the table")
+    parser.add_argument("--head-dims", action="append", type=_head_dims, metavar="DQKxDV",
+                        help="with --table or --reference-table: compile only this pair of the table's head "
+                             "dims (repeatable) and merge it into the table, e.g. 64x192")
     args = parser.parse_args()
     if args.table or args.reference_table:
-        (write_table if args.table else write_reference_table)()
+        head_dims = set(args.head_dims) if args.head_dims else None
+        (write_table if args.table else write_reference_table)(head_dims=head_dims)
         return
     print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}{'stack B':>8}"
           f"{'programs':>9}{'/SM':>6}")

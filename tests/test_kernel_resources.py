@@ -96,3 +96,48 @@ def test_integer_arguments_are_specialized_as_the_jit_specializes_them():
             assert (signature, constant) == ("constexpr", "1"), name
         else:
             assert signature == kind and (divisible == "True") == (divisibility == "D"), name
+
+
+@pytest.fixture
+def kernel_resources_module(monkeypatch):
+    """The script as a module (it imports triton and torch, as the tests above do)."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import kernel_resources
+
+    return kernel_resources
+
+
+class _InlinePool:
+    """`multiprocessing.Pool` run in the calling process."""
+
+    def __init__(self, _processes):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        return False
+
+    def starmap(self, function, configs):
+        return [function(*config) for config in configs]
+
+
+def test_a_partial_table_replaces_only_the_chosen_head_dims(kernel_resources_module, monkeypatch, tmp_path):
+    """`--table --head-dims 32x32` compiles the configurations at 32/32 alone and keeps every other entry,
+    the reference's too."""
+    kr = kernel_resources_module
+    configs = [("fused_chunk", "sig", 32, 32, 16, None, None), ("fused_chunk", "sig", 64, 64, 16, None, None)]
+    monkeypatch.setattr(kr, "_table_configs", lambda: configs)
+    monkeypatch.setattr(kr, "_table_entry_or_none", lambda *config: {"compiled": list(config[2:4])})
+    monkeypatch.setattr(kr.multiprocessing, "Pool", _InlinePool)
+    path = tmp_path / "table.json.gz"
+    old = {"fused_chunk/sig/32x32/L16": {"old": 1}, "fused_chunk/sig/64x64/L16": {"old": 2},
+           "reference/sig/32x32/L64": {"old": 3}}
+    kr._write_table(path, {"entries": old})
+    kr.write_table(path, head_dims={(32, 32)})
+    entries = kr.structural.read_compiled_resources(path)["entries"]
+    assert entries == {"fused_chunk/sig/32x32/L16": {"compiled": [32, 32]},
+                       "fused_chunk/sig/64x64/L16": {"old": 2}, "reference/sig/32x32/L64": {"old": 3}}
+    with pytest.raises(kr.InputError, match="7x7 are not in TABLE_HEAD_DIMS"):
+        kr.write_table(path, head_dims={(7, 7)})
