@@ -419,6 +419,35 @@ def test_masked_head_dim_blocks_match_the_reference(variant, normalize, tiling):
     assert_close(kernel, run_reference(problem, **cell))
 
 
+def test_value_dims_between_128_and_256_take_masked_output_and_dv_blocks():
+    """At Dv 192 (64 divides it) the output kernel takes two masked 128-wide value blocks (pointer tiles)
+    and the dV kernel one masked 256-wide block, the other gradient kernels 64-wide ones through tensor
+    descriptors; mLSTMsig's output keeps 64 where Dqk > 128; the kernels before v17 took 64 throughout."""
+    blocks = ("block_v", "out_block_v", "dv_block_v", "out_tma", "bwd_tma")
+    for variant in ("sig", "exp"):
+        tiling = Tiling.default(128, 64, 192, variant=variant)
+        assert tuple(getattr(tiling, name) for name in blocks) == (64, 128, 256, False, True)
+        former = Tiling.default(128, 64, 192, variant=variant, former_value_blocks=True)
+        assert tuple(getattr(former, name) for name in blocks) == (64, 64, 64, True, True)
+    assert Tiling.default(128, 192, 192, variant="sig").out_block_v == 64
+    assert Tiling.default(128, 192, 192, variant="exp").out_block_v == 128
+    assert Tiling.default(128, 64, 160) == Tiling.default(128, 64, 160, former_value_blocks=True)
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+def test_masked_value_blocks_over_dividing_gradient_blocks_match_the_reference(variant, normalize):
+    """The v17 tiling at Dv 192, scaled to Dv 48: dQ and dK in 16-wide value blocks through tensor
+    descriptors, the output in two 32-wide blocks (the second half masked) and dV in one masked 64-wide
+    block, both through pointer tiles; every output, gradient and state against the float64 reference."""
+    shape = replace(SMALL, head_dim_qk=16, head_dim_v=48)
+    tiling = replace(Tiling.default(32, 16, 48, variant=variant), block_qk=16, block_v=16, out_block_v=32,
+                     dv_block_v=64, out_tma=False, bwd_tma=True, fused_dkdv=False, fused_dq=False)
+    problem = make_problem(seed=19, shape=shape, initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=32, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
 @pytest.mark.parametrize("variant, normalize", CELLS)
 @pytest.mark.parametrize("kernels", ["out_tma", "bwd_tma"])
 def test_kernels_through_tensor_descriptors_match_the_reference(variant, normalize, kernels):

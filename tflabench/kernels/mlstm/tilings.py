@@ -22,7 +22,7 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v16"
+KERNELS_VERSION = "v17"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
@@ -41,10 +41,13 @@ KERNELS_VERSION = "v16"
 #: the fused forward's value blocks (``fused_chunk.head_dim_blocks``), and every version before v15 (v14:
 #: 9aeea67) the output and gradient kernels' pointer tiles and the output kernel's query tiles per program
 #: (``output_tiles`` "v14": `xl_chunk.Tiling.default`'s ``former_output_tiles``); every version before v16
-#: (v15: d591e13) the backward's gate gradients as PyTorch ops (``fused_gate_grads`` False).
+#: (v15: d591e13) the backward's gate gradients as PyTorch ops (``fused_gate_grads`` False); every version
+#: before v17 (v16: fd79924) 64-wide output and dV value blocks at Dv 192 (``value_blocks`` "v16":
+#: `xl_chunk.Tiling.default`'s ``former_value_blocks``).
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
-_BEFORE_V16 = {"fused_gate_grads": False}
+_BEFORE_V17 = {"value_blocks": "v16"}
+_BEFORE_V16 = {"fused_gate_grads": False, **_BEFORE_V17}
 _BEFORE_V15 = {"output_tiles": "v14", **_BEFORE_V16}
 _EXACT_HEAD_BLOCKS = {"head_dim_blocks": "exact", **_BEFORE_V15}
 FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
@@ -64,6 +67,7 @@ FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v13": {"all": {"fused_chunk.head_dim_blocks": "exact", **_BEFORE_V15}, "exp": {}},
     "v14": {"all": dict(_BEFORE_V15), "exp": {}},
     "v15": {"all": dict(_BEFORE_V16), "exp": {}},
+    "v16": {"all": dict(_BEFORE_V17), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")

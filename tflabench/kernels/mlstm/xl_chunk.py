@@ -111,7 +111,7 @@ class Tiling:
     @classmethod
     def default(cls, chunk: int, head_dim_qk: int, head_dim_v: int, *, variant: str = "sig",
                 limit: bool = False, exact_head_blocks: bool = False,
-                former_output_tiles: bool = False) -> Tiling:
+                former_output_tiles: bool = False, former_value_blocks: bool = False) -> Tiling:
         """The fastest tiling measured on an H200 for Dqk 128 / Dv 256 (results/perf-log.md), generalized
         to other head dims by taking the largest power-of-two blocks that divide them, or masked wider ones
         where those are narrower than 64 (`launch.head_dim_block`; exact_head_blocks: the dividing ones
@@ -149,8 +149,16 @@ class Tiling:
         The backward's gate gradients come from one kernel (`fused_gate_grads`) instead of a dozen PyTorch
         ops: fwd+bwd 0.3-3.8 % faster at tfla-grid's head dims, T = 8192 and 65,536, states recomputed or
         kept, on an H100 and an H200 (results/h100/ab-gate-grads-segments, v16).
+        Value head dims between 128 and 256 take masked value blocks of 128 in the output kernel and of 256
+        in the dV kernel (pointer tiles there), at 192 too, where 64 divides: each of those programs
+        recomputes the scores Q K^T for its block, three times per chunk at 64. Forward 11-13 % and
+        fwd+bwd 7-10 % faster (best chunk size against best) for mLSTMsig at 16 x 64/192, mLSTMexp's
+        forward 19-20 % at 16 x 192/192, on an H100 and an H200 (results/{h100,h200}/ab-value-blocks-192;
+        the output kernel at 64/192, L = 128, had been issue-bound: 2.9x the instructions of 64/128 for 1.3x
+        its DRAM bytes, results/h100/profile-output-value-blocks). mLSTMsig keeps 64-wide output blocks
+        where Dqk > 128 (its forward at 192/192 was 5-7 % slower with 128).
         former_output_tiles: the pointer tiles and query tiles per output program of the kernels before
-        v15."""
+        v15; former_value_blocks: the value blocks of those before v17 (64 at Dv 192)."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
@@ -160,11 +168,15 @@ class Tiling:
         value_block = block_of(head_dim_v, head_block)
         qk_block = block_of(head_dim_qk, head_block)
         blocks_divide = head_dim_qk % qk_block == 0 and head_dim_v % value_block == 0
-        dv_block = value_block if limit else block_of(head_dim_v, 256)
-        gradient_blocks_divide = blocks_divide and head_dim_v % dv_block == 0
+        masked_values = not (limit or former_value_blocks) and 128 < head_dim_v < 256
+        out_value_block = 128 if masked_values and not (variant == "sig" and wide_qk) else value_block
+        dv_block = value_block if limit else 256 if masked_values else block_of(head_dim_v, 256)
+        gradient_blocks_divide = blocks_divide and (masked_values or head_dim_v % dv_block == 0)
         descriptors = not (former_output_tiles or limit or small_heads)
-        out_tma = descriptors and blocks_divide and not wide_qk
-        one_tile_per_program = not former_output_tiles and (small_heads or (out_tma and variant == "exp"))
+        descriptor_tiles = descriptors and blocks_divide and not wide_qk
+        out_tma = descriptor_tiles and head_dim_v % out_value_block == 0
+        exp_one_tile = descriptor_tiles and variant == "exp"
+        one_tile_per_program = not former_output_tiles and (small_heads or exp_one_tile)
         q_tiles = 1 if limit or wide_qk or chunk < 2 * tile or one_tile_per_program else 2
         return cls(
             chunk=chunk,
@@ -178,7 +190,7 @@ class Tiling:
             num_stages=2,
             out_num_stages=1 if wide_qk else 2,
             out_block_kv=out_tile,
-            out_block_v=value_block,
+            out_block_v=out_value_block,
             out_q_tiles=q_tiles,
             out_tma=out_tma,
             dv_block_v=dv_block,
