@@ -34,33 +34,11 @@ def predict(
     """Predicted time of our kernels per (algorithm, chunk size) from the GPU's calibration, and the best;
     each with the model's known weak points it falls into and what committed runs of those measured."""
     problem = structural.Problem(batch, seq_len, heads, head_dim_qk, head_dim_v, variant=variant, mode=mode)
-    rates = structural.load_rates(gpu)
-    gpu_key = hardware.get_gpu(gpu).key
-    fields = structural.tiling_fields(tiling)
-    predictions = structural.predict_all(problem, rates, tiling=fields)
-    references = structural.predict_all(problem, rates, ("reference",)) if reference else []
-    weak = {(p.algorithm, p.chunk): model_limits.weak_points(problem, p.algorithm, p.chunk, fields)
-            for p in [*predictions, *references]}
-    classes = [model_limits.COVERED, *(name for name in model_limits.WEAK_POINTS
-                                       if any(name in found for found in weak.values()))]
     if as_json:
-        def prediction_json(prediction):
-            return _prediction_json(prediction) | {"weak_points": list(weak[prediction.algorithm,
-                                                                              prediction.chunk])}
-
-        _echo_json({
-            "gpu": gpu,
-            "calibration": rates.source,
-            "problem": problem.__dict__,
-            "tiling": tiling or "default",
-            "predictions": [prediction_json(p) for p in predictions],
-            "best": prediction_json(predictions[0]),
-            "reference": [prediction_json(p) for p in references],
-            "weak_points": {name: {"description": model_limits.description(name),
-                                   "measured_ratios": model_limits.measured_ratios(gpu_key, name)}
-                            for name in classes},
-        })
+        _echo_json(prediction_document(gpu, problem, reference=reference, tiling=tiling))
         return
+    rates, predictions, references, weak, classes = _predictions(gpu, problem, reference, tiling)
+    gpu_key = hardware.get_gpu(gpu).key
     console = _console()
     console.print(f"{problem.variant} {problem.mode}: B={batch}, T={seq_len}, H={heads}, "
                   f"Dqk={head_dim_qk}, Dv={head_dim_v}; tiling {tiling or 'default'}; structural model, "
@@ -80,6 +58,46 @@ def predict(
     console.print("How far the model was off before, by class (docs/performance-model.md#known-weak-points):")
     for name in classes:
         console.print(f"  {model_limits.describe(gpu_key, name)}")
+
+
+def _predictions(gpu: str, problem: structural.Problem, reference: bool, tiling: str | None) -> tuple:
+    """(rates, our predictions fastest first, the reference's, the weak points per (algorithm, chunk), the
+    weak-point classes they fall into)."""
+    rates = structural.load_rates(gpu)
+    fields = structural.tiling_fields(tiling)
+    predictions = structural.predict_all(problem, rates, tiling=fields)
+    references = structural.predict_all(problem, rates, ("reference",)) if reference else []
+    weak = {(p.algorithm, p.chunk): model_limits.weak_points(problem, p.algorithm, p.chunk, fields)
+            for p in [*predictions, *references]}
+    classes = [model_limits.COVERED, *(name for name in model_limits.WEAK_POINTS
+                                       if any(name in found for found in weak.values()))]
+    return rates, predictions, references, weak, classes
+
+
+def prediction_document(gpu: str, problem: structural.Problem, *, reference: bool = False,
+                        tiling: str | None = None) -> dict:
+    """What `predict --json` prints: the predicted time of our kernels per (algorithm, chunk size) with the
+    GPU's calibration (and of the reference's with ``reference``), the best, and the model's weak points
+    they fall into with what committed runs of those measured."""
+    rates, predictions, references, weak, classes = _predictions(gpu, problem, reference, tiling)
+    gpu_key = hardware.get_gpu(gpu).key
+
+    def prediction_json(prediction):
+        found = weak[prediction.algorithm, prediction.chunk]
+        return _prediction_json(prediction) | {"weak_points": list(found)}
+
+    return {
+        "gpu": gpu,
+        "calibration": rates.source,
+        "problem": problem.__dict__,
+        "tiling": tiling or "default",
+        "predictions": [prediction_json(p) for p in predictions],
+        "best": prediction_json(predictions[0]),
+        "reference": [prediction_json(p) for p in references],
+        "weak_points": {name: {"description": model_limits.description(name),
+                               "measured_ratios": model_limits.measured_ratios(gpu_key, name)}
+                        for name in classes},
+    }
 
 
 def _prediction_json(prediction: structural.Prediction) -> dict:
