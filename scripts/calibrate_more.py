@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tflabench.analysis import calibrate_blocks
-from tflabench.analysis.commands import calibration_provenance
+from tflabench.analysis.commands import calibration_provenance, spill_rate_row, walk_step_row
 
 WALK_NAME = ("kind", "l", "dqk", "dv", "num_warps", "num_stages")
 DOT_NAME = ("m", "n", "k", "num_warps")
@@ -72,13 +72,10 @@ def _report(blocks: dict, spill_loops: bool, walks: int, dots: int) -> list[str]
     """One line per measured spill-loop rate, per added walk and per added tile product."""
     lines = []
     for rate in blocks["spill_loops"]["rates"] if spill_loops else []:
-        launch = "{num_warps} warps x {programs_per_sm} per SM, width {width}".format(**rate)
-        lines.append(f"spills, {launch}: {rate['stack_bytes_per_sm'] / 1024:.0f} KB of stack per SM, "
-                     f"{rate['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM")
+        lines.append("{}: {}".format(*spill_rate_row(rate)))
     for walk in blocks["walk"][len(blocks["walk"]) - walks:]:
-        shape = "{kind} walk, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(**walk)
-        lines.append(f"{shape}: {walk['step_s'] * 1e6:.2f} us per step, "
-                     f"{walk['spill_bytes_per_thread']} spilled bytes per thread")
+        lines.append("{}: {}, ".format(*walk_step_row(walk))
+                     + f"{walk['spill_bytes_per_thread']} spilled bytes per thread")
     for dot in blocks["dot"][len(blocks["dot"]) - dots:]:
         rates = ", ".join(f"{name.removesuffix('flops_per_s') or 'two-stage '}{value / 1e12:.0f}"
                           for name, value in dot.items() if name.endswith("flops_per_s"))

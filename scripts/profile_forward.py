@@ -26,6 +26,8 @@ import argparse
 
 import torch
 
+from tflabench.bench.references import random_inputs
+from tflabench.core import SweepPoint
 from tflabench.kernels.mlstm.fused_chunk import mlstm_fused_chunk
 from tflabench.kernels.mlstm.tilings import launch_options
 from tflabench.kernels.mlstm.xl_chunk import mlstm_xl_chunk
@@ -36,17 +38,12 @@ CONFIG = dict(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256)
 
 
 def make_inputs(batch, seq_len, heads, head_dim_qk, head_dim_v, seed=0):
-    """Random bf16 inputs [B, T, H, D] and fp32 gates [B, T, H] (the harness's dtypes,
-    `bench.references.random_inputs`: the gates' dtype changes the compiled kernels), the forget gates mostly
-    open."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, device="cuda", generator=gen)
-
-    q, k = (randn(batch, seq_len, heads, head_dim_qk).to(torch.bfloat16) for _ in range(2))
-    v = randn(batch, seq_len, heads, head_dim_v).to(torch.bfloat16)
-    return q, k, v, randn(batch, seq_len, heads), randn(batch, seq_len, heads) + 3.0
+    """q, k [B, T, H, Dqk] and v [B, T, H, Dv] in bf16 and the gate pre-activations i, f [B, T, H] in fp32 on
+    the GPU, drawn as the harness draws them (`bench.references.random_inputs`; the gates' dtype changes the
+    compiled kernels): f ~ N(3, 1), the forget gates mostly open."""
+    point = SweepPoint(batch, seq_len, heads, head_dim_qk, head_dim_v, chunk_size=None)
+    inputs = random_inputs("mlstm_sig", point, "cuda", seed=seed)
+    return tuple(inputs[name] for name in ("q", "k", "v", "i", "f"))
 
 
 def main() -> None:

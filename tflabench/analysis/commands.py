@@ -607,6 +607,19 @@ def _measure_blocks() -> dict:
     return measure_blocks()
 
 
+def spill_rate_row(rate: dict) -> tuple[str, str]:
+    """(figure, value) of one calibrated spill-loop rate (`calibrate_blocks.spill_loop_rates`)."""
+    label = ("spills, {num_warps} warps x {programs_per_sm} per SM, width {width}, "
+             "stack {kb:.0f} KB per SM").format(kb=rate["stack_bytes_per_sm"] / 1024, **rate)
+    return label, f"{rate['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM"
+
+
+def walk_step_row(walk: dict) -> tuple[str, str]:
+    """(figure, value) of one calibrated walk (`calibrate_blocks.measure_walks`)."""
+    label = "{kind} walk step, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(**walk)
+    return label, f"{walk['step_s'] * 1e6:.2f} us"
+
+
 def _print_blocks(console: Console, blocks: dict) -> None:
     """The building-block figures of a calibration as two tables (tl.dot tiles; the other rates)."""
     dots = _table("tl.dot tiles (bf16, fp32 accumulate, whole GPU)", ["M x N x K", "warps", "TFLOP/s"])
@@ -622,12 +635,9 @@ def _print_blocks(console: Console, blocks: dict) -> None:
     if "spills" in blocks:
         rates.add_row("local memory (spills)", f"{blocks['spills']['local_bytes_per_s'] / 1e12:.2f} TB/s")
     for spill in blocks.get("spill_loops", {}).get("rates", []):
-        label = "spills, {num_warps} warps x {programs_per_sm} per SM, stack {kb:.0f} KB per SM".format(
-            kb=spill["stack_bytes_per_sm"] / 1024, **spill)
-        rates.add_row(label, f"{spill['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM")
+        rates.add_row(*spill_rate_row(spill))
     for walk in blocks.get("walk", []):
-        rates.add_row("{kind} walk step, L {l}, {dqk} x {dv}, {num_warps} warps, {num_stages} stages".format(
-            **walk), f"{walk['step_s'] * 1e6:.2f} us")
+        rates.add_row(*walk_step_row(walk))
     rates.add_row("launch", f"{blocks['launch']['launch_s'] * 1e6:.2f} us")
     rates.add_row("per program", f"{blocks['launch']['program_s'] * 1e9:.3f} ns")
     rates.add_row("SMs", str(blocks["device"]["sm_count"]))
