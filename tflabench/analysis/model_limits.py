@@ -51,11 +51,7 @@ def _head_blocks(problem: structural.Problem, algorithm: str, chunk: int, tiling
             return blocks
     tfla_algorithm = "xl_chunk" if algorithm == "fused_chunk" else algorithm
     tfla = structural.modelled_tiling(problem, tfla_algorithm, chunk, tiling)
-    blocks += [(dqk, tfla.block_qk), (dqk, tfla.state_block_qk), (dv, tfla.block_v), (dv, tfla.out_block_v),
-               (dv, tfla.state_block_v)]
-    if problem.mode == "fwdbw":
-        blocks.append((dv, tfla.dv_block_v))
-    return blocks
+    return blocks + tfla.head_dim_blocks(dqk, dv, backward=problem.mode == "fwdbw")
 
 
 def weak_points(problem: structural.Problem, algorithm: str, chunk: int, tiling=None) -> tuple[str, ...]:

@@ -213,6 +213,14 @@ class Tiling:
         return replace(self, chunk=chunk, dkdv_block_kv=min(self.dkdv_block_kv, chunk),
                        out_block_kv=min(self.out_block_kv, self.block_q))
 
+    def head_dim_blocks(self, head_dim_qk: int, head_dim_v: int,
+                        backward: bool = True) -> list[tuple[int, int]]:
+        """(head dim, block) of every head-dim block the kernels of a forward (and ``backward``) pass run:
+        the query/key blocks over Dqk, the value blocks over Dv (the dV kernel's in the backward only)."""
+        value_blocks = [self.block_v, self.out_block_v, self.state_block_v] + [self.dv_block_v] * backward
+        return ([(head_dim_qk, block) for block in (self.block_qk, self.state_block_qk)]
+                + [(head_dim_v, block) for block in value_blocks])
+
     def check(self, head_dim_qk: int, head_dim_v: int) -> None:
         blocks = ("chunk", "block_state", "state_block_qk", "state_block_v", "block_q", "block_kv",
                   "block_qk", "block_v", "dkdv_block_kv", "out_block_kv", "out_block_v", "dv_block_v")
