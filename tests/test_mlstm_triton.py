@@ -432,6 +432,9 @@ def test_value_dims_between_128_and_256_take_masked_output_and_dv_blocks():
     assert Tiling.default(128, 192, 192, variant="sig").out_block_v == 64
     assert Tiling.default(128, 192, 192, variant="exp").out_block_v == 128
     assert Tiling.default(128, 64, 160) == Tiling.default(128, 64, 160, former_value_blocks=True)
+    forward = Tiling.default(128, 64, 192).head_dim_blocks(64, 192, backward=False)
+    assert (192, 128) in forward and (192, 256) not in forward and (64, 64) in forward
+    assert (192, 256) in Tiling.default(128, 64, 192).head_dim_blocks(64, 192)
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)
