@@ -171,7 +171,6 @@ class Tiling:
         masked_values = not (limit or former_value_blocks) and 128 < head_dim_v < 256
         out_value_block = 128 if masked_values and not (variant == "sig" and wide_qk) else value_block
         dv_block = value_block if limit else 256 if masked_values else block_of(head_dim_v, 256)
-        gradient_blocks_divide = blocks_divide and (masked_values or head_dim_v % dv_block == 0)
         descriptors = not (former_output_tiles or limit or small_heads)
         descriptor_tiles = descriptors and blocks_divide and not wide_qk
         out_tma = descriptor_tiles and head_dim_v % out_value_block == 0
@@ -194,7 +193,7 @@ class Tiling:
             out_q_tiles=q_tiles,
             out_tma=out_tma,
             dv_block_v=dv_block,
-            bwd_tma=descriptors and gradient_blocks_divide,
+            bwd_tma=descriptors and blocks_divide,
             fused_dkdv=small_heads,
             fused_dq=small_heads,
             dkdv_block_kv=tile,
@@ -217,7 +216,9 @@ class Tiling:
                         backward: bool = True) -> list[tuple[int, int]]:
         """(head dim, block) of every head-dim block the kernels of a forward (and ``backward``) pass run:
         the query/key blocks over Dqk, the value blocks over Dv (the dV kernel's in the backward only)."""
-        value_blocks = [self.block_v, self.out_block_v, self.state_block_v] + [self.dv_block_v] * backward
+        value_blocks = [self.block_v, self.out_block_v, self.state_block_v]
+        if backward:
+            value_blocks.append(self.dv_block_v)
         return ([(head_dim_qk, block) for block in (self.block_qk, self.state_block_qk)]
                 + [(head_dim_v, block) for block in value_blocks])
 
