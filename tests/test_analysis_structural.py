@@ -451,7 +451,7 @@ def test_former_defaults_give_the_kernels_of_their_version():
     assert tilings.former_default(tilings.KERNELS_VERSION, "exp") == tilings.former_default(None, "sig") == {}
     assert tilings.former_default("v4", "sig") is None
     v6 = tilings.former_default("v6", "exp")
-    not_fields = ("lean_gate", "head_dim_blocks", "output_tiles", "value_blocks")
+    not_fields = ("lean_gate", "head_dim_blocks", "output_tiles", "value_blocks", "state_blocks")
     tiling = replace(Tiling.default(64, 64, 64, variant="exp"),
                      **{k: v for k, v in v6.items() if k not in not_fields and "." not in k})
     fields = (tiling.out_prefix_max, tiling.fused_dkdv, tiling.state_num_stages, tiling.out_block_kv)
@@ -542,7 +542,8 @@ def test_the_gate_gradient_kernel_replaces_the_pytorch_ops_in_the_backward(head_
 
     ops, fused = gate_launches("fused_gate_grads=false"), gate_launches(None)
     for version in FORMER_DEFAULTS:
-        assert former_default(version, "sig").get("fused_gate_grads") is (False if version != "v16" else None)
+        gate_ops = version not in ("v16", "v17")
+        assert former_default(version, "sig").get("fused_gate_grads") is (False if gate_ops else None)
     assert gate_launches(former_default("v15", "sig")) == ops
     assert len(ops) == structural.GATE_GRAD_LAUNCHES
     assert [launch.kernel for launch in fused] == ["gate_grads_kernel"]

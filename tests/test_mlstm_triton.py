@@ -33,7 +33,7 @@ from tflabench.kernels import mlstm
 from tflabench.kernels.mlstm import fused_chunk, tilings, xl_chunk
 from tflabench.kernels.mlstm.choice import Shape
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling, mlstm_fused_chunk
-from tflabench.kernels.mlstm.launch import gate_grads, head_dim_block
+from tflabench.kernels.mlstm.launch import gate_grads, head_dim_block, least_padded_block
 from tflabench.kernels.mlstm.reference import mlstm_parallel, mlstm_recurrent, parallel_form_initial_state
 from tflabench.kernels.mlstm.triton_fwd import chunk_program
 from tflabench.kernels.mlstm.xl_chunk import Tiling, _chunk_launch, _gate_cumsums, mlstm_xl_chunk
@@ -431,10 +431,49 @@ def test_value_dims_between_128_and_256_take_masked_output_and_dv_blocks():
         assert tuple(getattr(former, name) for name in blocks) == (64, 64, 64, True, True)
     assert Tiling.default(128, 192, 192, variant="sig").out_block_v == 64
     assert Tiling.default(128, 192, 192, variant="exp").out_block_v == 128
-    assert Tiling.default(128, 64, 160) == Tiling.default(128, 64, 160, former_value_blocks=True)
+    v17 = Tiling.default(128, 64, 160, former_state_blocks=True)
+    assert v17 == Tiling.default(128, 64, 160, former_value_blocks=True, former_state_blocks=True)
     forward = Tiling.default(128, 64, 192).head_dim_blocks(64, 192, backward=False)
     assert (192, 128) in forward and (192, 256) not in forward and (64, 64) in forward
     assert (192, 256) in Tiling.default(128, 64, 192).head_dim_blocks(64, 192)
+
+
+def test_value_dims_144_to_176_take_64_wide_state_blocks_and_128_wide_dv_blocks():
+    """At 160 (and 144, 176) the state recurrences and state gradients take three masked 64-wide value blocks
+    and the dV kernel two 128-wide ones; the output, dQ and dK keep their masked 128-wide blocks; at 192, 96
+    and 256 nothing changes; the kernels before v18 took 128 and 256."""
+    for dim in (144, 160, 176):
+        tiling = Tiling.default(64, dim, dim)
+        blocks = (tiling.state_block_v, tiling.dv_block_v, tiling.block_v, tiling.block_qk)
+        assert blocks == (64, 128, 128, 128)
+        former = Tiling.default(64, dim, dim, former_state_blocks=True)
+        assert (former.state_block_v, former.dv_block_v) == (128, 256)
+    for dqk, dv in ((64, 192), (192, 192), (96, 96), (128, 256)):
+        assert Tiling.default(64, dqk, dv) == Tiling.default(64, dqk, dv, former_state_blocks=True)
+    assert Tiling.default(64, 128, 288).state_block_v == 64
+    assert Tiling.default(64, 160, 160, exact_head_blocks=True).state_block_v == 32
+
+
+@pytest.mark.parametrize("dim, block", [(160, 64), (144, 64), (176, 64), (288, 64), (96, 128), (80, 128),
+                                        (192, 64), (208, 128), (256, 128), (48, 64)])
+def test_least_padded_blocks_mask_64_where_that_covers_fewer_columns(dim, block):
+    """Masked 64-wide blocks where they cover fewer columns than `head_dim_block`'s (three of 64 over 160
+    against two of 128); on a tie the wider block."""
+    assert least_padded_block(dim, 128) == block
+
+
+@pytest.mark.parametrize("variant, normalize", CELLS)
+def test_least_padded_state_blocks_match_the_reference(variant, normalize):
+    """The v18 tiling at 160/160, scaled to 40/40: the state recurrences and state gradients in three masked
+    16-wide value blocks (the last 8 columns masked), the other kernels in masked 32-wide blocks and dV in
+    two; every output, gradient and state against the float64 reference."""
+    shape = replace(SMALL, head_dim_qk=40, head_dim_v=40)
+    tiling = replace(Tiling.default(32, 40, 40, variant=variant), block_qk=32, block_v=32, out_block_v=32,
+                     state_block_qk=16, state_block_v=16, dv_block_v=32, fused_dkdv=False, fused_dq=False)
+    problem = make_problem(seed=23, shape=shape, initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=32, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
 
 
 @pytest.mark.parametrize("variant, normalize", CELLS)
