@@ -57,8 +57,7 @@ def least_padded_block(dim: int, cap: int) -> int:
     """`head_dim_block(dim, cap)`, or the masked `NARROWEST_EXACT_BLOCK`-wide block where its blocks cover
     fewer padded columns: 64 at 144-176 (three cover 192 where two of 128 cover 256) and at 272-304. For
     tiles whose programs share no work (the state recurrences' and state gradients' [BK, BV] tiles), so that
-    a narrower block costs nothing twice: forward 5-6 % and fwd+bwd 7-12 % faster at 12 x 160/160 with the
-    dV kernel's 128-wide blocks, on an H100 and an H200 (results/{h100,h200}/ab-state-blocks-160)."""
+    a narrower block costs nothing twice (where `xl_chunk.Tiling.default` takes it, and what it measured)."""
     block = head_dim_block(dim, cap)
     narrow = NARROWEST_EXACT_BLOCK
     pads_less = block_count(dim, narrow) * narrow < block_count(dim, block) * block
