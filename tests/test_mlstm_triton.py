@@ -438,22 +438,26 @@ def test_value_dims_between_128_and_256_take_masked_output_and_dv_blocks():
     assert (192, 256) in Tiling.default(128, 64, 192).head_dim_blocks(64, 192)
 
 
-def test_value_dims_144_to_176_over_masked_query_key_blocks_take_64_wide_state_and_128_wide_dv_blocks():
-    """At 160 (and 144, 176) over masked query/key blocks the state recurrences and state gradients take
-    three masked 64-wide value blocks and the dV kernel two 128-wide ones; the output, dQ and dK keep their
-    masked 128-wide blocks; over dividing query/key blocks (128/176) and at 192, 96 and 256 nothing changes;
-    the kernels before v18 took 128 and 256."""
+def test_value_dims_144_to_176_over_wide_masked_query_key_blocks_take_64_wide_state_and_128_wide_dv_blocks():
+    """At Dv 160 (and 144, 176) where Dqk > 128 is not a multiple of 64, the state recurrences and state
+    gradients take three masked 64-wide value blocks and the dV kernel two 128-wide ones; the output, dQ and
+    dK keep their masked 128-wide blocks; at other Dqk (128/176, 80/160, 192/160) and at Dv 192, 96 and 256
+    nothing changes; v17 took 128 and 256, v18 the narrow blocks at every Dqk, v19 where 64 does not
+    divide Dqk."""
     for dim in (144, 160, 176):
         tiling = Tiling.default(64, dim, dim)
         blocks = (tiling.state_block_v, tiling.dv_block_v, tiling.block_v, tiling.block_qk)
         assert blocks == (64, 128, 128, 128)
         former = Tiling.default(64, dim, dim, former_state_blocks="v17")
         assert (former.state_block_v, former.dv_block_v) == (128, 256)
-    for dqk, dv in ((64, 192), (192, 192), (96, 96), (128, 256), (128, 176), (128, 288), (192, 160)):
+    unchanged = ((64, 192), (192, 192), (96, 96), (128, 256), (128, 176), (128, 288), (192, 160), (80, 160))
+    for dqk, dv in unchanged:
         assert Tiling.default(64, dqk, dv) == Tiling.default(64, dqk, dv, former_state_blocks="v17")
-    assert Tiling.default(64, 80, 288).state_block_v == 64
+    assert Tiling.default(64, 144, 288).state_block_v == 64
     v18 = Tiling.default(64, 128, 176, former_state_blocks="v18")
-    assert (v18.state_block_v, v18.dv_block_v) == (64, 128)
+    v19 = Tiling.default(64, 80, 160, former_state_blocks="v19")
+    assert (v18.state_block_v, v18.dv_block_v) == (v19.state_block_v, v19.dv_block_v) == (64, 128)
+    assert Tiling.default(64, 128, 176, former_state_blocks="v19").state_block_v == 128
     assert Tiling.default(64, 160, 160, exact_head_blocks=True).state_block_v == 32
 
 

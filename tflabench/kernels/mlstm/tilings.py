@@ -22,7 +22,7 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v19"
+KERNELS_VERSION = "v20"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
@@ -46,9 +46,11 @@ KERNELS_VERSION = "v19"
 #: `xl_chunk.Tiling.default`'s ``former_value_blocks``); every version before v18 (v17: 3632df8) 128-wide
 #: state value blocks and a 256-wide dV block at value dims 144-176 (``state_blocks`` "v17":
 #: `xl_chunk.Tiling.default`'s ``former_state_blocks``), and v18 (a7ee960) the least-padded state value
-#: blocks and 128-wide dV blocks over dividing query/key blocks too (``state_blocks`` "v18").
+#: blocks and 128-wide dV blocks at every query/key head dim (``state_blocks`` "v18"), v19 (a22f021) where
+#: 64 does not divide it (``state_blocks`` "v19").
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
+_BEFORE_V20 = {"state_blocks": "v19"}
 _BEFORE_V19 = {"state_blocks": "v18"}
 _BEFORE_V18 = {"state_blocks": "v17"}
 _BEFORE_V17 = {"value_blocks": "v16", **_BEFORE_V18}
@@ -75,6 +77,7 @@ FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v16": {"all": dict(_BEFORE_V17), "exp": {}},
     "v17": {"all": dict(_BEFORE_V18), "exp": {}},
     "v18": {"all": dict(_BEFORE_V19), "exp": {}},
+    "v19": {"all": dict(_BEFORE_V20), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")

@@ -159,21 +159,23 @@ class Tiling:
         the output kernel at 64/192, L = 128, had been issue-bound: 2.9x the instructions of 64/128 for 1.3x
         its DRAM bytes, results/h100/profile-output-value-blocks). mLSTMsig keeps 64-wide output blocks
         where Dqk > 128 (its forward at 192/192 was 5-7 % slower with 128).
-        Where the query/key blocks are masked (Dqk not a multiple of 64), the state recurrences and state
-        gradients take the value block that pads the fewest columns (`launch.least_padded_block`: masked 64
-        at 144-176 and 272-304, where two 128-wide blocks would cover 1.45-1.78x the head dim), and at
-        144-176 the dV kernel two 128-wide blocks (its masked 256-wide one spilled 104-208 bytes of stack and
-        ran one program per SM): forward 5-6 % and fwd+bwd 7-12 % faster at 12 x 160/160, fwd+bwd 6-9 % at
-        12 x 144/144, on an H100 and an H200 (results/{h100,h200}/ab-state-blocks-160,
-        holdout-v18-state-blocks). Over dividing query/key blocks they were not faster: at 16 x 128/176
-        the state blocks 0.5-2.4 % slower forward, the dV blocks 2-3 % slower fwd+bwd, and at 16 x 64/192 and
-        16 x 192/192 128-wide dV blocks 2-5 % (results/h100/ab-blocks-176, ab-dv-block-192); 64-wide output,
-        dQ and dK blocks were 8-15 % slower at 160/160 (each program recomputes the scores for its block,
-        results/{h100,h200}/ab-masked-blocks-160).
+        Where Dqk exceeds 128 and 64 does not divide it (two or more masked query/key blocks), the state
+        recurrences and state gradients take the value block that pads the fewest columns
+        (`launch.least_padded_block`: masked 64 at Dv 144-176 and 272-304, where two 128-wide blocks would
+        cover 1.45-1.78x the head dim), and at Dv 144-176 the dV kernel two 128-wide blocks (its masked
+        256-wide one spilled 104-208 bytes of stack and ran one program per SM): fwd+bwd 7-12 % faster at
+        12 x 160/160, 6-9 % at 12 x 144/144 and 4-9 % at 12 x 144/176, forward 0-6 %, on an H100 and an
+        H200 (results/{h100,h200}/ab-state-blocks-160, holdout-v18-state-blocks, holdout-v19-masked-qk).
+        At other query/key head dims they were not faster: fwd+bwd 0-5 % slower at 16 x 128/176,
+        12 x 192/160 and (mLSTMsig) 16 x 80/160, even at 8 x 128/288 (the same runs, and
+        results/h100/ab-blocks-176); 128-wide dV blocks 2-5 % slower at 16 x 64/192 and 16 x 192/192
+        (results/h100/ab-dv-block-192). 64-wide output, dQ and dK blocks were 8-15 % slower at 160/160 (each
+        program recomputes the scores for its block, results/{h100,h200}/ab-masked-blocks-160).
         former_output_tiles: the pointer tiles and query tiles per output program of the kernels before
         v15; former_value_blocks: the value blocks of those before v17 (64 at Dv 192); former_state_blocks
         "v17": the state value blocks and dV blocks of those before v18 (128 and 256 at Dv 144-176), "v18":
-        v18's (least-padded state blocks and 128-wide dV blocks over dividing query/key blocks too)."""
+        v18's (least-padded state blocks and 128-wide dV blocks at every Dqk), "v19": v19's (where 64 does
+        not divide Dqk)."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
@@ -186,8 +188,10 @@ class Tiling:
         masked_values = not (limit or former_value_blocks) and 128 < head_dim_v < 256
         out_value_block = 128 if masked_values and not (variant == "sig" and wide_qk) else value_block
         masked_qk = head_dim_qk % qk_block != 0
+        least_padded_states = {"v17": False, "v18": True, "v19": masked_qk}.get(
+            former_state_blocks, masked_qk and head_dim_qk > 128)
         state_value_block = block_of(head_dim_v, 128)
-        if (masked_qk or former_state_blocks == "v18") and former_state_blocks != "v17":
+        if least_padded_states:
             state_value_block = least_padded_block(head_dim_v, 128)
         narrow_state_values = state_value_block < block_of(head_dim_v, 128)
         masked_dv_block = 128 if narrow_state_values else 256
