@@ -176,3 +176,21 @@ def test_the_bench_script_is_a_sweep_and_a_report(tmp_path):
     assert [row["status"] for row in rows] == ["ok", "ok"] and (tmp_path / "bench" / "report.md").exists()
     meta = json.loads((tmp_path / "bench" / "meta.json").read_text())
     assert meta["sweep"]["check_at"] == "full"
+
+
+def test_tilings_that_run_the_same_kernels_are_named_before_the_sweep(tmp_path):
+    """At 16 x 128/176 today's default has 128-wide state value blocks and a 256-wide dV block: an override
+    that sets them measures the default twice (a dry run says so, without a GPU); one that changes a block
+    is not named."""
+    same, other = "state_block_v=128,dv_block_v=256", "state_block_v=64"
+    shape = ["--seq-len", "1024", "--batch", "1", "--heads", "16", "--head-dim-qk", "128",
+             "--head-dim-v", "176"]
+    tilings_given = ["--tiling", "default", "--tiling", same, "--tiling", other]
+    chunks = ["--chunk-size", "64", "--chunk-size", "128"]
+    code, _, err = run_cli(["sweep", "--kernels", XL_CHUNK, *shape, *chunks, *tilings_given,
+                            "--out", str(tmp_path), "--dry-run"])
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, err
+    assert f"'default' and '{same}'" in warnings[0] and "2 point(s)" in warnings[0]
+    assert warnings[0].startswith(f"warning: {XL_CHUNK}:")

@@ -25,6 +25,7 @@ from tflabench.bench.sweep import (
     load_preset,
     load_sweep_file,
     option_label,
+    same_tilings,
 )
 from tflabench.errors import InputError
 from tflabench.inputs import existing_dir, finite_number, output_dir, runs_under
@@ -132,6 +133,8 @@ def sweep(
     plan = plan_sweep(build_spec(preset, config, _given(flags), _given(measure)), target, retry=retry,
                       budget=budget, modules=tuple(kernel_module or ()),
                       scheduling=Scheduling(ray, gpu_models, gpus))
+    for line in same_tilings(plan.jobs):
+        typer.echo(f"warning: {line}", err=True)
     if dry_run:
         _print_plan(plan)
         return

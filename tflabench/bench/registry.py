@@ -60,6 +60,8 @@ class KernelSpec:
         params: extra recorded parameters (e.g. {"variant": "sig", "normalize": False}).
         point_params: (point, device) -> parameters decided per point on the measuring device (the choice
             of a kernel that picks its algorithm by itself, with the reason), added to the row's params.
+        resolved_tiling: (point) -> what the kernel runs for the point's tiling (compared with ==), so that
+            a sweep can name the tilings that give it the same kernels at a point (`sweep.same_tilings`).
         modes: the modes this kernel supports; a mode outside it is skipped with ``mode_reasons[mode]``.
         first_call_s: typical first-call time on a GPU (compilation and autotuning), measured. The sweep
             runs kernels with the smallest value first and adds it to the per-point time limit, so that a
@@ -78,6 +80,7 @@ class KernelSpec:
     params: dict = field(default_factory=dict)
     uses_tiling: bool = False
     point_params: Callable[[SweepPoint, Any], dict] | None = None
+    resolved_tiling: Callable[[SweepPoint], Any] | None = None
     modes: tuple[str, ...] = MODES
     mode_reasons: dict = field(default_factory=dict)
     first_call_s: float = 0.0

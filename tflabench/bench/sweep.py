@@ -431,6 +431,31 @@ def expand(spec: SweepSpec, kernels: Mapping[str, KernelSpec]) -> list[Job]:
     return jobs
 
 
+def same_tilings(jobs: list[Job]) -> list[str]:
+    """One line per kernel and pair of the sweep's tilings that run the same kernels at some of its points
+    (`KernelSpec.resolved_tiling`): an A/B whose override is what a default already is measures one tiling
+    twice. Points the kernel skips, and tilings that do not fit a point, are left out; a kernel unavailable
+    on this machine (no GPU for a dry run) is compared all the same."""
+    resolved: dict[tuple, list[tuple[str, Any]]] = {}
+    same: dict[tuple[str, str, str], list[SweepPoint]] = {}
+    for job in jobs:
+        if job.kernel.resolved_tiling is None or job.status not in (None, "unavailable"):
+            continue
+        try:
+            tiling = job.kernel.resolved_tiling(job.point)
+        except InputError:
+            continue
+        seen = resolved.setdefault((job.kernel.name, replace(job.point, tiling=None)), [])
+        text = job.point.tiling or DEFAULT_TILING
+        for other_text, other in seen:
+            if other == tiling:
+                same.setdefault((job.kernel.name, other_text, text), []).append(job.point)
+                break
+        seen.append((text, tiling))
+    return [f"{kernel}: tilings {first!r} and {second!r} run the same kernels at {len(points)} point(s), "
+            f"e.g. {points[0].key()}" for (kernel, first, second), points in same.items()]
+
+
 def kernel_points(shape: Shape, dtypes: tuple[str, ...], modes: tuple[str, ...], kernel: KernelSpec,
                   tilings: tuple[str | None, ...] = (None,)) -> list[SweepPoint]:
     """The grid of points for one kernel (chunk_size None for kernels without a chunk parameter, tiling

@@ -177,6 +177,7 @@ def peer_spec(
     first_call_s: float = 0.0,
     point_params: Callable[[SweepPoint, Any], dict] | None = None,
     uses_tiling: bool = False,
+    resolved_tiling: Callable[[SweepPoint], Any] | None = None,
 ) -> KernelSpec:
     """A `KernelSpec` whose inputs and reference check both come from ``mapping``.
 
@@ -188,7 +189,8 @@ def peer_spec(
     the chunk axis does not apply). Given the point about to be timed, the check takes that point's heads,
     head dims, chunk size and tiling (`configuration_check_point`), unless ``unsupported`` rejects the
     result; with ``full_size``, the point itself (in mode fwd).
-    uses_tiling: the sweep's tilings apply (see `KernelSpec`).
+    uses_tiling: the sweep's tilings apply (see `KernelSpec`); resolved_tiling: what the kernel runs for a
+    point's tiling (see `KernelSpec`).
     mode_reasons: the modes this kernel refuses, with the reason.
     first_call_s: typical compile + autotune time of the first call on a GPU (see `KernelSpec`).
     point_params: parameters the kernel decides per point on the device (see `KernelSpec`).
@@ -228,6 +230,7 @@ def peer_spec(
         first_call_s=first_call_s,
         point_params=point_params,
         uses_tiling=uses_tiling,
+        resolved_tiling=resolved_tiling,
     )
 
 

@@ -89,9 +89,18 @@ def _tiling_misfit(variant: str, algorithm: str, point: SweepPoint) -> str | Non
 
 def _launch_options(variant: str, algorithm: str, point: SweepPoint) -> dict:
     """The launcher's tiling arguments of the point's tiling."""
-    return tilings.launch_options(algorithm, point.tiling, chunk=point.chunk_size,
-                                  head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
-                                  variant=variant)
+    return _resolved_tiling(variant, algorithm)(point)
+
+
+def _resolved_tiling(variant: str, algorithm: str):
+    """resolved_tiling of a tiled algorithm: the launcher's tiling arguments at the point, its default
+    tiling's where the point has none."""
+    def resolved(point: SweepPoint) -> dict:
+        return tilings.launch_options(algorithm, point.tiling, chunk=point.chunk_size,
+                                      head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
+                                      variant=variant)
+
+    return resolved
 
 
 def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMapping:
@@ -157,6 +166,8 @@ def _register() -> None:
                         "recompute_states_in_bw": True,
                         "cost_params": {"state_bytes": STATE_BYTES_OF_OPERANDS}},
                 point_params=_point_params(variant, algorithm),
+                resolved_tiling=(_resolved_tiling(variant, algorithm) if algorithm in TILED_ALGORITHMS
+                                 else None),
             ))
 
 

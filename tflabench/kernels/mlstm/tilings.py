@@ -221,13 +221,13 @@ def _typed(text: str, kind: str, name: str, tiling: str) -> Any:
     return text
 
 
-def launch_options(algorithm: str, tiling: str, *, chunk: int, head_dim_qk: int, head_dim_v: int,
+def launch_options(algorithm: str, tiling: str | None, *, chunk: int, head_dim_qk: int, head_dim_v: int,
                    variant: str) -> dict[str, Any]:
     """The launcher's keyword arguments (``tiling``, and ``state_dtype`` and ``recompute_states_in_bw``
-    where given) of a tiling text at one chunk size and pair of head dims. InputError when the tiling is
-    unknown, sets a field the algorithm's tiling class does not have, or does not fit the head dims and
-    chunk size."""
-    values = overrides(tiling)
+    where given) of a tiling text (None: the default tiling) at one chunk size and pair of head dims.
+    InputError when the tiling is unknown, sets a field the algorithm's tiling class does not have, or does
+    not fit the head dims and chunk size."""
+    values = {} if tiling is None else overrides(tiling)
     foreign = sorted(set(values) - set(_field_types(algorithm)))
     if foreign:
         raise InputError(f"tiling {tiling!r} sets {', '.join(foreign)}, not a field of {algorithm}'s tiling")
