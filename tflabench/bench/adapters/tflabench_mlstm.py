@@ -15,6 +15,7 @@ form). Unlike the peers, they are also available on a CPU when Triton runs in in
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 
@@ -88,19 +89,11 @@ def _tiling_misfit(variant: str, algorithm: str, point: SweepPoint) -> str | Non
 
 
 def _launch_options(variant: str, algorithm: str, point: SweepPoint) -> dict:
-    """The launcher's tiling arguments of the point's tiling."""
-    return _resolved_tiling(variant, algorithm)(point)
-
-
-def _resolved_tiling(variant: str, algorithm: str):
-    """resolved_tiling of a tiled algorithm: the launcher's tiling arguments at the point, its default
-    tiling's where the point has none."""
-    def resolved(point: SweepPoint) -> dict:
-        return tilings.launch_options(algorithm, point.tiling, chunk=point.chunk_size,
-                                      head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
-                                      variant=variant)
-
-    return resolved
+    """The launcher's tiling arguments of the point's tiling, its default tiling's where the point has none
+    (also the kernel's `KernelSpec.resolved_tiling`)."""
+    return tilings.launch_options(algorithm, point.tiling, chunk=point.chunk_size,
+                                  head_dim_qk=point.head_dim_qk, head_dim_v=point.head_dim_v,
+                                  variant=variant)
 
 
 def _mapping(variant: str, algorithm: str, normalize: bool | None) -> PeerMapping:
@@ -166,8 +159,8 @@ def _register() -> None:
                         "recompute_states_in_bw": True,
                         "cost_params": {"state_bytes": STATE_BYTES_OF_OPERANDS}},
                 point_params=_point_params(variant, algorithm),
-                resolved_tiling=(_resolved_tiling(variant, algorithm) if algorithm in TILED_ALGORITHMS
-                                 else None),
+                resolved_tiling=(functools.partial(_launch_options, variant, algorithm)
+                                 if algorithm in TILED_ALGORITHMS else None),
             ))
 
 

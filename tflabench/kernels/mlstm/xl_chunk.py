@@ -190,11 +190,9 @@ class Tiling:
         masked_qk = head_dim_qk % qk_block != 0
         least_padded_states = {"v17": False, "v18": True, "v19": masked_qk}.get(
             former_state_blocks, masked_qk and head_dim_qk > 128)
-        state_value_block = block_of(head_dim_v, 128)
-        if least_padded_states:
-            state_value_block = least_padded_block(head_dim_v, 128)
-        narrow_state_values = state_value_block < block_of(head_dim_v, 128)
-        masked_dv_block = 128 if narrow_state_values else 256
+        wide_state_block = block_of(head_dim_v, 128)
+        state_value_block = least_padded_block(head_dim_v, 128) if least_padded_states else wide_state_block
+        masked_dv_block = 128 if state_value_block < wide_state_block else 256
         dv_block = value_block if limit else masked_dv_block if masked_values else block_of(head_dim_v, 256)
         descriptors = not (former_output_tiles or limit or small_heads)
         descriptor_tiles = descriptors and blocks_divide and not wide_qk
