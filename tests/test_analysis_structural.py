@@ -542,7 +542,7 @@ def test_the_gate_gradient_kernel_replaces_the_pytorch_ops_in_the_backward(head_
 
     ops, fused = gate_launches("fused_gate_grads=false"), gate_launches(None)
     for version in FORMER_DEFAULTS:
-        gate_ops = version not in ("v16", "v17", "v18", "v19")
+        gate_ops = version not in ("v16", "v17", "v18", "v19", "v20")
         assert former_default(version, "sig").get("fused_gate_grads") is (False if gate_ops else None)
     assert gate_launches(former_default("v15", "sig")) == ops
     assert len(ops) == structural.GATE_GRAD_LAUNCHES

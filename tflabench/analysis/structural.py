@@ -508,7 +508,7 @@ def _former_default_options(tiling: str | dict | None, algorithm: str) -> dict:
     divide the head dims) where ``head_dim_blocks`` or ``ALGORITHM.head_dim_blocks`` is "exact", and for
     xl_chunk ``former_output_tiles`` (the output and gradient kernels' tiles before v15) where
     ``output_tiles`` is "v14", ``former_value_blocks`` (the value blocks at Dv 192 before v17) where
-    ``value_blocks`` is "v16" and ``former_state_blocks`` (the state value and dV blocks of v17-v19)
+    ``value_blocks`` is "v16" and ``former_state_blocks`` (the state value and dV blocks of v17-v20)
     from ``state_blocks``."""
     fields = tiling_fields(tiling)
     exact = "exact" in (fields.get("head_dim_blocks"), fields.get(f"{algorithm}.head_dim_blocks"))

@@ -22,7 +22,7 @@ from tflabench.errors import InputError
 #: algorithms with a tiling parameter
 TILED_ALGORITHMS = ("xl_chunk", "fused_chunk")
 #: the version of the default tilings (results/perf-log.md), recorded in each run's meta.json
-KERNELS_VERSION = "v20"
+KERNELS_VERSION = "v21"
 #: per former version of the default tilings (as a run's meta.json records it): the overrides of today's
 #: defaults that give that version's kernels, for all variants and for mLSTMexp only; a field written
 #: ``ALGORITHM.FIELD`` sets that algorithm's tiling only (both tiling classes have ``num_warps``). v6: one
@@ -47,9 +47,11 @@ KERNELS_VERSION = "v20"
 #: state value blocks and a 256-wide dV block at value dims 144-176 (``state_blocks`` "v17":
 #: `xl_chunk.Tiling.default`'s ``former_state_blocks``), and v18 (a7ee960) the least-padded state value
 #: blocks and 128-wide dV blocks at every query/key head dim (``state_blocks`` "v18"), v19 (a22f021) where
-#: 64 does not divide it (``state_blocks`` "v19").
+#: 64 does not divide it (``state_blocks`` "v19"), and v20 (c3f81de) the dV kernel's masked 256-wide blocks
+#: above Dv 256 there (``state_blocks`` "v20").
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
+_BEFORE_V21 = {"state_blocks": "v20"}
 _BEFORE_V20 = {"state_blocks": "v19"}
 _BEFORE_V19 = {"state_blocks": "v18"}
 _BEFORE_V18 = {"state_blocks": "v17"}
@@ -78,6 +80,7 @@ FORMER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "v17": {"all": dict(_BEFORE_V18), "exp": {}},
     "v18": {"all": dict(_BEFORE_V19), "exp": {}},
     "v19": {"all": dict(_BEFORE_V20), "exp": {}},
+    "v20": {"all": dict(_BEFORE_V21), "exp": {}},
 }
 #: dtypes of xl_chunk's ``state_dtype``
 STATE_DTYPES = ("bfloat16", "float16", "float32")

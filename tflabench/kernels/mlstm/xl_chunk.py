@@ -165,7 +165,11 @@ class Tiling:
         cover 1.45-1.78x the head dim), and at Dv 144-176 the dV kernel two 128-wide blocks (its masked
         256-wide one spilled 104-208 bytes of stack and ran one program per SM): fwd+bwd 7-12 % faster at
         12 x 160/160, 6-9 % at 12 x 144/144 and 4-9 % at 12 x 144/176, forward 0-6 %, on an H100 and an
-        H200 (results/{h100,h200}/ab-state-blocks-160, holdout-v18-state-blocks, holdout-v19-masked-qk).
+        H200 (results/{h100,h200}/ab-state-blocks-160, holdout-v18-state-blocks, holdout-v19-masked-qk),
+        and 8 x 176/176 (results/{h100,h200}/holdout-v20-state-blocks). There the dV kernel takes 128-wide
+        blocks wherever its 256-wide ones would be masked, above Dv 256 too (three covering 384 of 288
+        columns instead of two covering 512, and no stack where the 256-wide block spilled 104-208 bytes):
+        fwd+bwd 5.5-11.5 % faster at 8 x 144/288 on both GPUs (the same run).
         At other query/key head dims they were not faster: fwd+bwd 0-5 % slower at 16 x 128/176,
         12 x 192/160 and (mLSTMsig) 16 x 80/160, even at 8 x 128/288 (the same runs, and
         results/h100/ab-blocks-176); 128-wide dV blocks 2-5 % slower at 16 x 64/192 and 16 x 192/192
@@ -175,7 +179,7 @@ class Tiling:
         v15; former_value_blocks: the value blocks of those before v17 (64 at Dv 192); former_state_blocks
         "v17": the state value blocks and dV blocks of those before v18 (128 and 256 at Dv 144-176), "v18":
         v18's (least-padded state blocks and 128-wide dV blocks at every Dqk), "v19": v19's (where 64 does
-        not divide Dqk)."""
+        not divide Dqk), "v20": v20's (the dV kernel's masked 256-wide blocks above Dv 256)."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
@@ -194,6 +198,8 @@ class Tiling:
         state_value_block = least_padded_block(head_dim_v, 128) if least_padded_states else wide_state_block
         masked_dv_block = 128 if state_value_block < wide_state_block else 256
         dv_block = value_block if limit else masked_dv_block if masked_values else block_of(head_dim_v, 256)
+        if former_state_blocks is None and least_padded_states and dv_block == 256 and head_dim_v % 256:
+            dv_block = 128
         descriptors = not (former_output_tiles or limit or small_heads)
         descriptor_tiles = descriptors and blocks_divide and not wide_qk
         out_tma = descriptor_tiles and head_dim_v % out_value_block == 0
