@@ -183,13 +183,14 @@ def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
 #: square ones for the L* over head dim plot, the masked head dims of the held-out runs holdout-masked-loads
 #: (112/112, 48/96, 96/192), holdout-masked-ours (80/160, 64/96, 160/160), holdout-spill-curve (192/384,
 #: 384/384), holdout-new-heads (192/192, 128/512, 32/64), holdout-walkers (64/192, 64/256),
-#: holdout-walkers-linear (64/32, 32/128, 32/32) and holdout-small-head-shapes (32/256); limit_chunk and
+#: holdout-walkers-linear (64/32, 32/128, 32/32) and holdout-small-head-shapes (32/256), and the state and
+#: dV block runs from holdout-v18-state-blocks to holdout-v21-dv-blocks (144/144 ... 208/288); limit_chunk and
 #: larger chunks use the model's rule
 TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128), (128, 256), (256, 256),
                    (256, 512), (512, 512), (112, 112), (48, 96), (96, 192), (80, 160), (64, 96), (160, 160),
                    (192, 384), (384, 384), (192, 192), (128, 512), (32, 64), (64, 32), (32, 128),
                    (32, 32), (64, 192), (64, 256), (32, 256), (144, 144), (128, 176), (128, 288),
-                   (144, 176), (192, 160), (176, 176), (144, 288), (96, 160))
+                   (144, 176), (192, 160), (176, 176), (144, 288), (96, 160), (144, 192), (208, 288))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
 TABLE_PATH = structural.COMPILED_RESOURCES_PATH
 RESULTS = Path(__file__).resolve().parent.parent / "results"
