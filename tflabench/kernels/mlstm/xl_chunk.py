@@ -169,8 +169,9 @@ class Tiling:
         and 8 x 176/176 (results/{h100,h200}/holdout-v20-state-blocks). There the dV kernel takes 128-wide
         blocks wherever its 256-wide ones would be masked, above Dv 256 too (three covering 384 of 288
         columns instead of two covering 512, and no stack where the 256-wide block spilled 104-208 bytes):
-        fwd+bwd 5.5-11.5 % faster at 8 x 144/288 on both GPUs (the same run); held out at 12 x 144/192 and
-        8 x 208/288, v20's masked 256-wide block 2.4-12.1 % slower (results/{h100,h200}/holdout-v21-dv-blocks).
+        fwd+bwd 5.5-11.5 % faster at 8 x 144/288 on both GPUs (the same run); held out at 12 x 144/192
+        and 8 x 208/288, v20's masked 256-wide block 2.4-12.1 % slower
+        (results/{h100,h200}/holdout-v21-dv-blocks).
         At other query/key head dims they were not faster: fwd+bwd 0-5 % slower at 16 x 128/176,
         12 x 192/160 and (mLSTMsig) 16 x 80/160, even at 8 x 128/288 (the same runs, and
         results/h100/ab-blocks-176); 128-wide dV blocks 2-5 % slower at 16 x 64/192 and 16 x 192/192
