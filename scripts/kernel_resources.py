@@ -14,7 +14,8 @@ time is spent (the device library's METHOD.md: read the resource report first):
 
 Shared memory per program must stay within the H100/H200's 227 KB; spills show as stack bytes, and the
 local-memory loads and stores (LDL/STL) inside each kernel's outermost loop as `loop_local_bytes` (bytes
-per thread per trip of that loop, read from the SASS).
+per thread per trip of that loop, read from the SASS). `instr` and `loop` are its SASS instructions and
+those of that loop's body (`sass.instruction_counts`: what a warp issues, once and per further trip).
 
 `--table` compiles the default tilings over the head dims and chunk sizes the structural performance model
 is checked and plotted at, today's and those of the former kernels versions that committed runs measured
@@ -422,7 +423,7 @@ def main() -> None:
         (write_table if args.table else write_reference_table)(head_dims=head_dims)
         return
     print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}{'stack B':>8}"
-          f"{'programs':>9}{'/SM':>6}")
+          f"{'instr':>7}{'loop':>6}{'programs':>9}{'/SM':>6}")
     launches = _reference_launches(args.dqk, args.dv, args.chunk) if args.reference else _launches(args)
     for launch in launches:
         row = resources(launch)
@@ -430,7 +431,8 @@ def main() -> None:
         programs = math.prod(launch.grid)
         print(f"{row['kernel']:<26}{row.get('num_warps', 4):>6}{row.get('num_stages', 3):>7}"
               f"{row['shared_kb']:>10.1f}{row['registers']:>6}{row['local_bytes']:>8}{row['stack_bytes']:>8}"
-              f"{programs:>9}{programs / HOPPER_SMS:>6.1f}{flag}")
+              f"{row['instructions']:>7}{row['loop_instructions']:>6}{programs:>9}"
+              f"{programs / HOPPER_SMS:>6.1f}{flag}")
 
 
 if __name__ == "__main__":

@@ -33,9 +33,29 @@ def test_every_kernel_of_a_forward_and_backward_pass_is_compiled_for_hopper_and_
     assert list(resource_rows("--dqk", "32", "--dv", "32", "--chunk", "32")) == SMALL_HEAD_KERNELS
     rows = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32")
     assert list(rows) == KERNELS
-    warps, stages, shared_kb, registers, _local, _stack, programs, _per_sm = rows["chunk_outputs_kernel"]
+    warps, stages, shared_kb, registers, _local, _stack, _instr, _loop, programs, _per_sm = rows[
+        "chunk_outputs_kernel"]
     assert (warps, stages) == ("4", "2") and 0 < float(shared_kb) < 227 and 0 < int(registers) <= 255
     assert programs == "8"  # one value block and one query tile per chunk: 2 chunks x B 2 x H 2
+    instructions, loop_instructions = map(int, rows["chunk_states_kernel"][6:8])
+    assert 0 < loop_instructions < instructions  # the recurrence's loop over the chunks
+
+
+def test_sass_instructions_are_counted_in_all_and_in_the_outermost_loop():
+    """Five instructions; the backward branch at 0x0040 closes the loop 0x0010-0x0040 (four of them, a
+    local store among them); the forward branch at 0x0020 is no loop."""
+    from tflabench.analysis import sass
+
+    listing = "\n".join([
+        "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+        "        /*0010*/                   STL.64 [R1], R2 ;",
+        "        /*0020*/              @P0  BRA 0x30 ;",
+        "        /*0030*/                   LDL R4, [R1] ;",
+        "        /*0040*/                   BRA 0x10 ;",
+    ])
+    assert sass.instruction_counts(listing) == (5, 4)
+    assert sass.loop_local_bytes(listing) == 8 + 4
+    assert sass.instruction_counts(listing.replace("BRA 0x10", "EXIT")) == (5, 0)
 
 
 def test_a_tiling_change_reaches_the_compiled_kernel():
