@@ -444,7 +444,7 @@ def test_value_dims_144_to_176_over_wide_masked_query_key_blocks_take_64_wide_st
     dK keep their masked 128-wide blocks; at other Dqk (128/176, 80/160, 192/160) and at Dv 192, 96 and 256
     nothing changes; v17 took 128 and 256, v18 the narrow blocks at every Dqk, v19 where 64 does not
     divide Dqk. Over such Dqk the dV kernel takes 128-wide blocks wherever v20 took a masked 256-wide one
-    (at 144/288 and 176/200, not at 144/512 nor at 128/288)."""
+    (at 144/288, 176/200 and 144/192, not at 144/512 nor at 128/288)."""
     for dim in (144, 160, 176):
         tiling = Tiling.default(64, dim, dim)
         blocks = (tiling.state_block_v, tiling.dv_block_v, tiling.block_v, tiling.block_qk)
@@ -456,7 +456,7 @@ def test_value_dims_144_to_176_over_wide_masked_query_key_blocks_take_64_wide_st
         assert Tiling.default(64, dqk, dv) == Tiling.default(64, dqk, dv, former_state_blocks="v17")
     assert (Tiling.default(64, 144, 288).state_block_v, Tiling.default(64, 144, 288).dv_block_v) == (64, 128)
     assert Tiling.default(64, 144, 288, former_state_blocks="v20").dv_block_v == 256
-    assert Tiling.default(64, 176, 200).dv_block_v == 128
+    assert Tiling.default(64, 176, 200).dv_block_v == Tiling.default(64, 144, 192).dv_block_v == 128
     assert Tiling.default(64, 176, 200, former_state_blocks="v20").dv_block_v == 256
     assert Tiling.default(64, 144, 512).dv_block_v == Tiling.default(64, 128, 288).dv_block_v == 256
     v18 = Tiling.default(64, 128, 176, former_state_blocks="v18")

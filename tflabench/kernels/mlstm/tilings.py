@@ -48,7 +48,7 @@ KERNELS_VERSION = "v21"
 #: `xl_chunk.Tiling.default`'s ``former_state_blocks``), and v18 (a7ee960) the least-padded state value
 #: blocks and 128-wide dV blocks at every query/key head dim (``state_blocks`` "v18"), v19 (a22f021) where
 #: 64 does not divide it (``state_blocks`` "v19"), and v20 (c3f81de) the dV kernel's masked 256-wide blocks
-#: above Dv 256 there (``state_blocks`` "v20").
+#: over such query/key head dims outside Dv 144-176 (``state_blocks`` "v20").
 _EXP_FUSED_8_WARPS = {"fused_chunk.num_warps": 8}
 _DQ_KERNEL = {"fused_dq": False}
 _BEFORE_V21 = {"state_blocks": "v20"}

@@ -181,7 +181,8 @@ class Tiling:
         v15; former_value_blocks: the value blocks of those before v17 (64 at Dv 192); former_state_blocks
         "v17": the state value blocks and dV blocks of those before v18 (128 and 256 at Dv 144-176), "v18":
         v18's (least-padded state blocks and 128-wide dV blocks at every Dqk), "v19": v19's (where 64 does
-        not divide Dqk), "v20": v20's (the dV kernel's masked 256-wide blocks above Dv 256)."""
+        not divide Dqk), "v20": v20's (the dV kernel's masked 256-wide blocks over such Dqk outside Dv
+        144-176)."""
         tile = chunk if limit else min(64, chunk)
         small_heads = head_dim_qk <= 64 and head_dim_v <= 64
         out_tile = tile if limit or variant == "sig" or head_dim_v > 64 else min(32, chunk)
