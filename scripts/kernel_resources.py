@@ -21,7 +21,7 @@ those of that loop's body (`sass.instruction_counts`: what a warp issues, once a
 is checked and plotted at, today's and those of the former kernels versions that committed runs measured
 (`tilings.FORMER_DEFAULTS`, keys with a `/version` suffix), and the tilings that committed rows ran (A/B
 runs; keys `/version/tiling`), and writes them to
-`tflabench/analysis/compiled_resources.json.gz` (about 10 minutes on two cores); the model reads registers,
+`tflabench/analysis/compiled_resources.json.gz` (about an hour on two cores); the model reads registers,
 shared memory and loop spills from it (docs/performance-model.md). A head-dim pair added to
 `TABLE_HEAD_DIMS` can be compiled alone and merged into the table with `--table --head-dims 64x192`
 (repeatable): the entries a full run writes for it, in a minute or two.

@@ -43,7 +43,8 @@ def test_every_kernel_of_a_forward_and_backward_pass_is_compiled_for_hopper_and_
 
 def test_sass_instructions_are_counted_in_all_and_in_the_outermost_loop():
     """Five instructions; the backward branch at 0x0040 closes the loop 0x0010-0x0040 (four of them, a
-    local store among them); the forward branch at 0x0020 is no loop."""
+    local store and a local load among them); the forward branch at 0x0020 is no loop, nor a branch back
+    from after the EXIT."""
     from tflabench.analysis import sass
 
     listing = "\n".join([
@@ -56,6 +57,13 @@ def test_sass_instructions_are_counted_in_all_and_in_the_outermost_loop():
     assert sass.instruction_counts(listing) == (5, 4)
     assert sass.loop_local_bytes(listing) == 8 + 4
     assert sass.instruction_counts(listing.replace("BRA 0x10", "EXIT")) == (5, 0)
+    retry_stub = "\n".join([  # a tensor-descriptor wait's retry code after EXIT, branching back: no loop
+        listing,
+        "        /*0050*/                   EXIT ;",
+        "        /*0060*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4], RZ ;",
+        "        /*0070*/                   BRA 0x0 ;",
+    ])
+    assert sass.instruction_counts(retry_stub) == (8, 4)
 
 
 def test_a_tiling_change_reaches_the_compiled_kernel():

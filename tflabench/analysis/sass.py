@@ -42,21 +42,29 @@ def _instructions(sass: str) -> list[tuple[int, list[str]]]:
             re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
 
 
+def _opcode(words: list[str]) -> str:
+    """The opcode of an instruction's words (after its predicate, if any)."""
+    return words[1] if words and words[0].startswith("@") else (words[0] if words else "")
+
+
 def _outermost_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int] | None:
     """(first, last) address of the kernel's outermost loop: the widest range between a backward branch
-    and its target; None without one."""
+    and its target that holds no EXIT; None without one. (The retry stubs of tensor-descriptor waits sit
+    after the kernel's EXIT and branch back into its body: no loop.)"""
     branch = re.compile(r"BRA(?:\.\w+)*\s+0x([0-9a-f]+)")
+    exits = [address for address, words in instructions if _opcode(words).split(".")[0] == "EXIT"]
     loops = [(int(target, 16), address) for address, words in instructions
              for target in branch.findall(" ".join(words)) if int(target, 16) < address]
+    loops = [(start, end) for start, end in loops if not any(start <= exit <= end for exit in exits)]
     return max(loops, key=lambda loop: loop[1] - loop[0]) if loops else None
 
 
 def instruction_counts(sass: str) -> tuple[int, int]:
     """(SASS instructions of the kernel, those in its outermost loop's body, `_outermost_loop`). A warp of
     a program whose loop makes n trips issues about instructions + (n - 1) x loop_instructions: within
-    0.9-1.4 % of what Nsight Compute counted for mLSTMexp's state recurrence and masked output kernel at
-    16 x 96/160, L = 64 and 128; where the widest backward branch is not the loop (the output kernel of
-    tensor-descriptor tiles, 2061 of its 2280 instructions) it counts too many (results/perf-log.md)."""
+    0.9-1.4 % of what Nsight Compute counted for mLSTMexp's state recurrence and output kernels at
+    16 x 96/160 and 16 x 128/128, L = 64 and 128 (results/perf-log.md); a kernel of several loops (dQ:
+    its partner tiles, and its value blocks twice) needs each loop's trips."""
     instructions = _instructions(sass)
     loop = _outermost_loop(instructions)
     in_loop = sum(1 for address, _ in instructions if loop and loop[0] <= address <= loop[1])
@@ -72,7 +80,7 @@ def loop_local_bytes(sass: str) -> int:
         return 0
     moved = 0
     for address, words in instructions:
-        opcode = words[1] if words and words[0].startswith("@") else (words[0] if words else "")
+        opcode = _opcode(words)
         if loop[0] <= address <= loop[1] and opcode.split(".")[0] in ("LDL", "STL"):
             width = re.search(r"\.(64|128)\b", opcode)
             moved += int(width.group(1)) // 8 if width else 4
