@@ -199,10 +199,12 @@ class Tiling:
             former_state_blocks, masked_qk and head_dim_qk > 128)
         wide_state_block = block_of(head_dim_v, 128)
         state_value_block = least_padded_block(head_dim_v, 128) if least_padded_states else wide_state_block
-        masked_dv_block = 128 if state_value_block < wide_state_block else 256
-        dv_block = value_block if limit else masked_dv_block if masked_values else block_of(head_dim_v, 256)
-        if former_state_blocks is None and least_padded_states and dv_block == 256 and head_dim_v % 256:
-            dv_block = 128
+        wide_dv_block = 256 if masked_values else block_of(head_dim_v, 256)
+        if former_state_blocks is None:
+            narrow_dv = least_padded_states and wide_dv_block == 256 and head_dim_v % 256 != 0
+        else:
+            narrow_dv = masked_values and state_value_block < wide_state_block
+        dv_block = value_block if limit else 128 if narrow_dv else wide_dv_block
         descriptors = not (former_output_tiles or limit or small_heads)
         descriptor_tiles = descriptors and blocks_divide and not wide_qk
         out_tma = descriptor_tiles and head_dim_v % out_value_block == 0
