@@ -35,6 +35,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("calibration", type=Path, help="the calibration file to add the figures to")
     parser.add_argument("--spill-loops", action="store_true", help="measure (again) the spill-loop rates")
+    parser.add_argument("--issue", action="store_true",
+                        help="measure (again) the seconds per issued instruction of a walk")
     parser.add_argument("--walks", action="store_true", help="measure the walk shapes the file lacks")
     parser.add_argument("--dots", action="store_true", help="measure the tile products the file lacks")
     parser.add_argument("--out", type=Path, help="where to write the file (default: in place)")
@@ -51,6 +53,9 @@ def main() -> None:
     if args.spill_loops:
         blocks["spill_loops"] = calibrate_blocks.measure_spill_loops(sizes, limits, timer)
         added.append("spill_loops")
+    if args.issue:
+        blocks["issue"] = calibrate_blocks.measure_issue(sizes, limits, timer)
+        added.append("issue")
     if shapes:
         blocks["walk"] = blocks["walk"] + calibrate_blocks.measure_walks(sizes, limits, timer)
         added.append("walk")
@@ -64,13 +69,16 @@ def main() -> None:
     (args.out or args.calibration).write_text(json.dumps(record, indent=2) + "\n")
     name, seconds = provenance["gpu"].get("name", "?"), provenance["seconds"]
     print(f"{name}: {', '.join(added) or 'nothing'}, {seconds:.0f} s")
-    for line in _report(blocks, args.spill_loops, len(shapes), len(dots)):
+    for line in _report(blocks, args.spill_loops, args.issue, len(shapes), len(dots)):
         print(line)
 
 
-def _report(blocks: dict, spill_loops: bool, walks: int, dots: int) -> list[str]:
-    """One line per measured spill-loop rate, per added walk and per added tile product."""
+def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int) -> list[str]:
+    """One line per measured spill-loop rate, issue level, added walk and added tile product."""
     lines = []
+    for level in blocks["issue"]["levels"] if issue else []:
+        lines.append("issue, {programs_per_sm} programs per SM ({resident} resident): ".format(**level)
+                     + f"{level['seconds_per_instruction'] * 1e9:.2f} ns per instruction of a warp")
     for rate in blocks["spill_loops"]["rates"] if spill_loops else []:
         lines.append("{}: {}".format(*spill_rate_row(rate)))
     for walk in blocks["walk"][len(blocks["walk"]) - walks:]:

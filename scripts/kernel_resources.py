@@ -225,7 +225,8 @@ def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, ve
         kernels.setdefault(row["kernel"], {
             "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
             "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
-            "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"]})
+            "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"],
+            "instructions": row["instructions"], "loop_instructions": row["loop_instructions"]})
     return {"tiling": dataclasses.asdict(resolved), "kernels": kernels}
 
 

@@ -40,6 +40,7 @@ tests (its timings mean nothing and are never stored as a calibration).
 from __future__ import annotations
 
 import itertools
+import math
 import multiprocessing
 import os
 import statistics
@@ -94,6 +95,11 @@ WALK_SHAPES = (
     ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
 )
 
+#: (kind, L, Dqk, Dv, num_warps, num_stages) of the walk whose instruction stream `measure_issue` times, and
+#: the programs per SM it is timed at (one, two and four warps per scheduler)
+ISSUE_WALK = ("state", 64, 64, 64, 4, 2)
+ISSUE_PROGRAMS_PER_SM = (1, 2, 4)
+
 #: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs
 SPILL_LOOP_LAUNCHES = ((8, 1), (8, 2))
 #: fp32 columns of the spill loop's carried tile: 64, 128 and 256 fit the registers (the loop without
@@ -127,6 +133,8 @@ class BlockSizes:
     spill_loop_tile: tuple[int, int] = (128, 64)  # (COLS, INNER) of its product; ROWS = 16 x warps
     spill_loop_widths: tuple[int, ...] = SPILL_LOOP_WIDTHS
     spill_loop_trips: int = 512
+    issue_walk: tuple[str, int, int, int, int, int] = ISSUE_WALK
+    issue_programs_per_sm: tuple[int, ...] = ISSUE_PROGRAMS_PER_SM
     programs_per_sm: int = 4
     stream_bytes: int = 2**30
     token_shape: tuple[int, int] = (16, 128)  # (heads, head dim) of the token-tile pattern
@@ -147,7 +155,8 @@ class BlockSizes:
                                                 ("fused_exp", 16, 16, 32, 4, 1)),
                    walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
                    spill_iters=2, spill_loop_launches=((1, 1),), spill_loop_tile=(16, 16),
-                   spill_loop_widths=(16, 32, 64), spill_loop_trips=2, programs_per_sm=1,
+                   spill_loop_widths=(16, 32, 64), spill_loop_trips=2, issue_walk=("state", 16, 16, 32, 4, 1),
+                   issue_programs_per_sm=(1, 2), programs_per_sm=1,
                    stream_bytes=2**14, token_shape=(2, 16),
                    token_tile_rows=16, masked_head_dim=12, state_shape=(16, 32), state_tile=(16, 16),
                    launch_programs=4, burst=2, repeats=1, device="cpu")
@@ -442,6 +451,55 @@ def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> lis
                         "spill_bytes_per_thread": spill_bytes})
         del q, k, v, gate
     return results
+
+
+def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+    """Seconds one warp takes per instruction it issues in a loop whose steps wait for their own loads and
+    products: the walk `sizes.issue_walk` (`_walk_kernel`, its tiles L2-resident) with each of
+    `sizes.issue_programs_per_sm` programs per SM, its compiled instructions counted
+    (`sass.cubin_resources`: all of them, and its loop's body once more per further step). ``levels``: per
+    programs per SM, ``warps_per_scheduler`` (of the programs resident at once), ``seconds`` and
+    ``seconds_per_instruction`` (the launch's seconds / its rounds of resident programs / the instructions
+    of one warp). On the CPU (interpreter) nothing is compiled and ``levels`` is empty."""
+    kind, chunk, dqk, dv, warps, stages = sizes.issue_walk
+    slots = sizes.walk_slots if sizes.device == "cuda" else 2
+    most = max(sizes.issue_programs_per_sm) * (limits.sm_count if sizes.device == "cuda" else 1)
+    q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
+    v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
+    gate = _walk_gates(kind, slots, chunk, sizes.device)
+    h = torch.empty(most, chunk, dv, device=sizes.device)
+    out = torch.empty(most, device=sizes.device)
+    levels = []
+    for per_sm in sizes.issue_programs_per_sm:
+        programs = per_sm * (limits.sm_count if sizes.device == "cuda" else 1)
+
+        def launch(programs=programs):
+            return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
+                                             DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
+                                             NUM_STAGES=stages, num_warps=warps)
+        compiled = launch()
+        seconds = timer(launch)
+        if sizes.device != "cuda":
+            continue
+        counts = sass.cubin_resources(compiled.asm["cubin"])
+        resident = min(per_sm, _resident_programs(compiled, warps, limits))
+        instructions = counts["instructions"] + (sizes.walk_steps - 1) * counts["loop_instructions"]
+        levels.append({"programs_per_sm": per_sm, "resident": resident,
+                       "warps_per_scheduler": resident * warps / 4, "seconds": seconds,
+                       "instructions": counts["instructions"],
+                       "loop_instructions": counts["loop_instructions"],
+                       "seconds_per_instruction": seconds / math.ceil(per_sm / resident) / instructions})
+    return {"walk": list(sizes.issue_walk), "steps": sizes.walk_steps, "levels": levels}
+
+
+def _resident_programs(compiled, warps: int, limits: DeviceLimits) -> int:
+    """Programs of a compiled kernel resident on one SM: by its registers (allocated in units of 8 per
+    thread) and shared memory (with the 1 KB the runtime reserves per program)."""
+    threads = 32 * warps
+    registers = 8 * math.ceil(compiled.n_regs / 8)
+    by_registers = limits.registers_per_sm // max(1, registers * threads)
+    by_shared = limits.shared_memory_per_sm // max(1, compiled.metadata.shared + 1024)
+    return max(1, min(2048 // threads, by_registers, by_shared))
 
 
 def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:
@@ -760,6 +818,7 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
         "spills": measure_spills(sizes, limits, timer),
         "spill_loops": measure_spill_loops(sizes, limits, timer),
         "walk": measure_walks(sizes, limits, timer),
+        "issue": measure_issue(sizes, limits, timer),
         "launch": measure_launch(sizes, timer),
     }
     blocks["seconds"] = time.perf_counter() - started

@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -129,7 +130,9 @@ class Launch:
     memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton function) finds its
     compiled registers, shared memory and loop spills (`compiled`, from compiled_resources.json.gz) when the
     table has them, and `loop_trips` is the trips of its outermost loop per program (what the spills of
-    one trip are multiplied by). `walk`: (kind, L, Dqk, Dv) of the step of a launch whose programs walk
+    one trip and the instructions of its body are multiplied by), over `loop_copies` copies of that loop in
+    the compiled code (the output kernel's query tiles, unrolled, each with its own key/value loop).
+    `walk`: (kind, L, Dqk, Dv) of the step of a launch whose programs walk
     the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`: the independent accumulator
     chains of tile products a program interleaves; the calibration times one chain per program, and c
     programs of n chains each get the product rate of c x n programs (results/h100/dot-chains/: two chains
@@ -152,6 +155,7 @@ class Launch:
     store_pattern: str = "token"
     kernel: str = ""
     loop_trips: float = 1.0
+    loop_copies: int = 1
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
@@ -184,6 +188,16 @@ def _interpolate_log2(x: float, points: list[tuple[float, float]]) -> float:
             x0, x1, y0, y1 = xs[index - 1], xs[index], ys[index - 1], ys[index]
             return y0 + (y1 - y0) * math.log2(x / x0) / math.log2(x1 / x0)
     return ys[-1]
+
+
+def _interpolate_linear(x: float, points: list[tuple[float, float]]) -> float:
+    """y at x on the broken line through sorted (x, y) ``points``, the end values outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 def _log2_gap(measured: dict, keys, shape) -> float:
@@ -299,6 +313,20 @@ class Rates:
 
         return float(min(measured, key=distance)["step_s"])
 
+    def instruction_seconds(self, warps_per_scheduler: float) -> float:
+        """Seconds one warp takes per instruction it issues in a loop that waits for its own loads and
+        products (`calibrate_blocks.measure_issue`), with ``warps_per_scheduler`` warps on each scheduler:
+        interpolated linearly between the calibrated levels; beyond the largest, that level's issue rate
+        per scheduler shared among the warps; 0 when the calibration has no such figure."""
+        measured = sorted((item["warps_per_scheduler"], item["seconds_per_instruction"])
+                          for item in self.blocks.get("issue", {}).get("levels", []))
+        if not measured:
+            return 0.0
+        top_warps, top_seconds = measured[-1]
+        if warps_per_scheduler >= top_warps:
+            return top_seconds * warps_per_scheduler / top_warps
+        return _interpolate_linear(warps_per_scheduler, measured)
+
 
 # ---------------------------------------------------------------------------------------------- occupancy
 def resident_programs(launch: Launch, rates: Rates) -> int:
@@ -327,6 +355,16 @@ def spilled_bytes(launch: Launch) -> float:
     if launch.compiled is None:
         return 0.0
     return launch.compiled["loop_local_bytes"] * 32 * launch.warps * launch.loop_trips
+
+
+def program_instructions(launch: Launch) -> float:
+    """Instructions each warp of one program issues: the compiled kernel's, and its outermost loop's body
+    once more for each trip beyond its compiled copies (`Launch.loop_trips`, `Launch.loop_copies`); 0
+    without compiled instruction counts."""
+    if launch.compiled is None or "instructions" not in launch.compiled:
+        return 0.0
+    extra_trips = max(0.0, launch.loop_trips - launch.loop_copies)
+    return launch.compiled["instructions"] + extra_trips * launch.compiled["loop_instructions"]
 
 
 def warps_per_scheduler(launch: Launch, concurrency: int) -> float:
@@ -386,6 +424,7 @@ class LaunchTime:
     memory_s: float
     overhead_s: float
     pipelined: bool = False
+    issue_s: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -394,11 +433,13 @@ class LaunchTime:
         A pipelined launch (two or more stages: the next tiles' loads in flight during this tile's work)
         overlaps them within each program, but not fully (the loop's first loads, its last tile's work and
         the dependent products of one tile are not hidden): sqrt(compute^2 + memory^2), the larger term
-        when one dominates, 1.41x it when they are equal (docs/performance-model.md)."""
+        when one dominates, 1.41x it when they are equal (docs/performance-model.md). At least `issue_s`,
+        the time the warps take to issue their instructions one after another."""
         if self.pipelined:
-            return self.overhead_s + math.hypot(self.compute_s, self.memory_s)
-        hidden = min(self.compute_s, self.memory_s) / self.concurrency
-        return self.overhead_s + max(self.compute_s, self.memory_s) + hidden
+            work = math.hypot(self.compute_s, self.memory_s)
+        else:
+            work = max(self.compute_s, self.memory_s) + min(self.compute_s, self.memory_s) / self.concurrency
+        return self.overhead_s + max(work, self.issue_s)
 
 
 def active_sms(launch: Launch, rates: Rates) -> int:
@@ -448,8 +489,10 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
+    issue = (math.ceil(per_sm / concurrency) * program_instructions(launch)
+             * rates.instruction_seconds(warps_per_scheduler(launch, concurrency)))
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
-                      pipelined=launch.stages >= 2)
+                      pipelined=launch.stages >= 2, issue_s=issue)
 
 
 # ---------------------------------------------------------------------------------------------- launches
@@ -656,7 +699,8 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     kv_tiles = _mean_causal_tiles(t.chunk, t.block_q, t.out_block_kv) * t.out_q_tiles
     launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
                     (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
-                    kernel="chunk_outputs_kernel", chains=chains)
+                    kernel="chunk_outputs_kernel", chains=chains, loop_trips=kv_tiles,
+                    loop_copies=t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles,
                streamed=2 if reload_query or qk_blocks > 1 else 1)
@@ -714,7 +758,7 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
     stages = t.dv_stages if name == "dV" else t.num_stages
     launch = Launch(name, programs, t.num_warps, stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
-                    kernel=f"chunk_{name.lower()}_kernel")
+                    kernel=f"chunk_{name.lower()}_kernel", loop_trips=partner_tiles)
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks, streamed=2 if loop_blocks > 1 else 1)
     launch.dot(rows, out_block, partner, partner_tiles, streamed=1)
     launch.dot(rows, out_block, loop_block, loop_blocks)
@@ -744,7 +788,8 @@ def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = Fal
     programs = (t.chunk // rows) * chunks * p.rows
     query_tiles = _mean_causal_tiles(t.chunk, rows, t.block_q) * rows / t.block_q
     launch = Launch("dK+dV", programs, t.dkdv_num_warps, t.dkdv_num_stages, rows * (dqk + dv),
-                    t.block_q * (dqk + dv) * e, kernel="chunk_dkdv_kernel", chains=2)
+                    t.block_q * (dqk + dv) * e, kernel="chunk_dkdv_kernel", chains=2,
+                    loop_trips=query_tiles)
     launch.dot(rows, dqk, dv, 1)
     launch.dot(rows, dv, dqk, 1)
     launch.dot(rows, t.block_q, dqk, query_tiles, streamed=1)
