@@ -697,6 +697,38 @@ def test_a_walk_of_few_programs_takes_the_latency_of_its_steps(rates):
                    "fused forward").walk[0] == "fused_exp"
 
 
+def test_a_launch_takes_at_least_the_time_its_warps_issue_their_instructions(rates):
+    """With the calibration's seconds per issued instruction (interpolated in the warps per scheduler, the
+    end levels' figures outside them), a launch with compiled instruction counts takes at least its rounds
+    x one warp's instructions (the loop body once more per trip beyond its compiled copies) / its chains x
+    those seconds at its warps per scheduler x chains; without either, the throughput prediction alone."""
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["issue"] = {"levels": [{"warps_per_scheduler": 1.0, "seconds_per_instruction": 3e-8},
+                                  {"warps_per_scheduler": 2.0, "seconds_per_instruction": 4e-8}]}
+    issuing = structural.Rates(blocks)
+    assert issuing.instruction_seconds(0.5) == issuing.instruction_seconds(1.0) == 3e-8
+    assert issuing.instruction_seconds(1.5) == pytest.approx(3.5e-8)
+    assert issuing.instruction_seconds(4.0) == 4e-8
+    assert rates.instruction_seconds(1.0) == 0
+    problem = structural.Problem(8, 8192, 16, 96, 160)
+    output = _launch(problem, "xl_chunk", 128, "output")
+    assert output.loop_copies == 2 and output.loop_trips == 3  # two query tiles: 1 and 2 key tiles
+    output.compiled = {"registers": 128, "shared_bytes": 90_000, "stack_bytes": 0, "loop_local_bytes": 0,
+                       "instructions": 4680, "loop_instructions": 681}
+    assert structural.program_instructions(output) == 4680 + 681
+    without = structural.launch_time(output, rates)
+    timed = structural.launch_time(output, issuing)
+    per_sm = math.ceil(output.programs / rates.sm_count)
+    rounds = math.ceil(per_sm / timed.concurrency)
+    warps = timed.concurrency * output.warps / structural.SCHEDULERS_PER_SM
+    assert output.chains == 2
+    assert timed.issue_s == pytest.approx(rounds * 5361 / 2 * issuing.instruction_seconds(2 * warps))
+    assert timed.seconds == pytest.approx(max(without.seconds, timed.overhead_s + timed.issue_s))
+    assert timed.seconds > without.seconds and without.issue_s == 0
+    output.compiled = {key: value for key, value in output.compiled.items() if "instructions" not in key}
+    assert structural.launch_time(output, issuing).seconds == without.seconds
+
+
 def test_walks_whose_own_kernel_spilled_are_left_out(rates):
     """A calibrated walk whose walk kernel spilled registers times its own spills: the nearest spill-free
     walk of the kind stands in for it, and a kind with spilling walks only has no step."""

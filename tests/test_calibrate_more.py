@@ -35,3 +35,7 @@ def test_the_committed_calibrations_time_every_walk_and_product_of_the_code(gpu)
     assert script.missing(blocks["walk"], script.WALK_NAME, calibrate_blocks.WALK_SHAPES) == ()
     assert script.missing(blocks["dot"], script.DOT_NAME, calibrate_blocks.DOT_SHAPES) == ()
     assert blocks["spill_loops"]["rates"]
+    levels = blocks["issue"]["levels"]
+    assert [level["warps_per_scheduler"] for level in levels] == [1, 2, 4]
+    seconds = [level["seconds_per_instruction"] for level in levels]
+    assert 1e-9 < seconds[0] < seconds[1] < seconds[2] < 10e-9  # more warps share each scheduler

@@ -29,6 +29,12 @@ a calibration that times such walks, compute at least ceil(n / c) * (trips * ste
 rounds of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for
 its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
 
+and, with a calibration that times the issue of instructions and compiled instruction counts, the time at
+least launch + P * per_program + ceil(n / c) * instructions of one warp / chains * t(c * warps / 4 *
+chains): the rounds of programs issue their warps' instructions (the compiled kernel's, its loop body once
+more per further trip) at the calibrated seconds per instruction t of a walk's warp with as many warps per
+scheduler (`issue_seconds`; the masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes).
+
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
 timed in a loop of two pipeline stages, or of one for a launch of one stage (calibrations with those figures),
@@ -316,16 +322,13 @@ class Rates:
     def instruction_seconds(self, warps_per_scheduler: float) -> float:
         """Seconds one warp takes per instruction it issues in a loop that waits for its own loads and
         products (`calibrate_blocks.measure_issue`), with ``warps_per_scheduler`` warps on each scheduler:
-        interpolated linearly between the calibrated levels; beyond the largest, that level's issue rate
-        per scheduler shared among the warps; 0 when the calibration has no such figure."""
+        interpolated linearly between the calibrated levels, the end levels' figures outside them (more
+        warps than the largest level hide more of each other's waits: its issue rate per scheduler shared
+        among them put the small-head output kernels, five 4-warp programs per SM, 1.3-1.5x above their
+        runs); 0 when the calibration has no such figure."""
         measured = sorted((item["warps_per_scheduler"], item["seconds_per_instruction"])
                           for item in self.blocks.get("issue", {}).get("levels", []))
-        if not measured:
-            return 0.0
-        top_warps, top_seconds = measured[-1]
-        if warps_per_scheduler >= top_warps:
-            return top_seconds * warps_per_scheduler / top_warps
-        return _interpolate_linear(warps_per_scheduler, measured)
+        return _interpolate_linear(warps_per_scheduler, measured) if measured else 0.0
 
 
 # ---------------------------------------------------------------------------------------------- occupancy
@@ -458,6 +461,17 @@ def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
+def issue_seconds(launch: Launch, rates: Rates, per_sm: int, concurrency: int) -> float:
+    """Seconds the busiest SM's warps take to issue the launch's instructions one after another: its rounds
+    of ``concurrency`` programs x the instructions of one warp (`program_instructions`) x the calibrated
+    seconds per instruction (`Rates.instruction_seconds`). A program of n independent chains of products
+    (`Launch.chains`) counts as n warps each issuing 1/n of them, as the chains count as programs for the
+    product rate."""
+    warps = warps_per_scheduler(launch, concurrency) * launch.chains
+    return (math.ceil(per_sm / concurrency) * program_instructions(launch) / launch.chains
+            * rates.instruction_seconds(warps))
+
+
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     """The launch's time on the calibrated GPU (module docstring)."""
     sms = rates.sm_count
@@ -489,8 +503,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
-    issue = (math.ceil(per_sm / concurrency) * program_instructions(launch)
-             * rates.instruction_seconds(warps_per_scheduler(launch, concurrency)))
+    issue = issue_seconds(launch, rates, per_sm, concurrency)
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
                       pipelined=launch.stages >= 2, issue_s=issue)
 
