@@ -52,7 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tflabench.analysis import sass
+from tflabench.analysis import sass, structural
 from tflabench.kernels.mlstm import triton_fused, triton_fwd
 
 #: (M, N, K, num_warps) of the timed `tl.dot` tiles: the state update K^T V ([BK, BL] x [BL, BV]), the
@@ -433,24 +433,33 @@ def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> lis
     else:
         slots = sizes.walk_slots or programs * sizes.walk_steps
     results = []
-    for kind, chunk, dqk, dv, warps, stages in sizes.walk_shapes:
-        q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
-        v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
-        gate = _walk_gates(kind, slots, chunk, sizes.device)
-        h = torch.empty(programs, chunk, dv, device=sizes.device)
-        out = torch.empty(programs, device=sizes.device)
-
-        def launch(q=q, k=k, v=v, gate=gate, h=h, out=out, kind=kind, chunk=chunk, dqk=dqk, dv=dv,
-                   warps=warps, stages=stages):
-            return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
-                                             DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
-                                             NUM_STAGES=stages, num_warps=warps)
+    for walk in sizes.walk_shapes:
+        kind, chunk, dqk, dv, warps, stages = walk
+        launch = _walk_launch(walk, programs, slots, sizes)
         spill_bytes = 4 * (getattr(launch(), "n_spills", 0) or 0)  # Triton reports 32-bit words
         results.append({"kind": kind, "l": chunk, "dqk": dqk, "dv": dv, "num_warps": warps,
                         "num_stages": stages, "step_s": timer(launch) / sizes.walk_steps,
                         "spill_bytes_per_thread": spill_bytes})
-        del q, k, v, gate
     return results
+
+
+def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int, slots: int,
+                 sizes: BlockSizes) -> Callable[[], object]:
+    """A callable that launches `_walk_kernel` for ``walk`` (kind, L, Dqk, Dv, warps, stages) with
+    ``programs`` programs of `sizes.walk_steps` steps over ``slots`` tiles of fresh random inputs, and
+    returns the compiled kernel."""
+    kind, chunk, dqk, dv, warps, stages = walk
+    q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
+    v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
+    gate = _walk_gates(kind, slots, chunk, sizes.device)
+    h = torch.empty(programs, chunk, dv, device=sizes.device)
+    out = torch.empty(programs, device=sizes.device)
+
+    def launch():
+        return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
+                                         DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
+                                         NUM_STAGES=stages, num_warps=warps)
+    return launch
 
 
 def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
@@ -461,28 +470,20 @@ def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dic
     programs per SM, ``warps_per_scheduler`` (of the programs resident at once), ``seconds`` and
     ``seconds_per_instruction`` (the launch's seconds / its rounds of resident programs / the instructions
     of one warp). On the CPU (interpreter) nothing is compiled and ``levels`` is empty."""
-    kind, chunk, dqk, dv, warps, stages = sizes.issue_walk
+    warps = sizes.issue_walk[4]
     slots = sizes.walk_slots if sizes.device == "cuda" else 2
-    most = max(sizes.issue_programs_per_sm) * (limits.sm_count if sizes.device == "cuda" else 1)
-    q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
-    v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
-    gate = _walk_gates(kind, slots, chunk, sizes.device)
-    h = torch.empty(most, chunk, dv, device=sizes.device)
-    out = torch.empty(most, device=sizes.device)
     levels = []
     for per_sm in sizes.issue_programs_per_sm:
         programs = per_sm * (limits.sm_count if sizes.device == "cuda" else 1)
-
-        def launch(programs=programs):
-            return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
-                                             DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
-                                             NUM_STAGES=stages, num_warps=warps)
+        launch = _walk_launch(sizes.issue_walk, programs, slots, sizes)
         compiled = launch()
         seconds = timer(launch)
         if sizes.device != "cuda":
             continue
         counts = sass.cubin_resources(compiled.asm["cubin"])
-        resident = min(per_sm, _resident_programs(compiled, warps, limits))
+        resident = min(per_sm, structural.programs_per_sm(
+            compiled.n_regs, compiled.metadata.shared + structural.SHARED_RESERVED_BYTES, warps,
+            limits.__dict__))
         instructions = counts["instructions"] + (sizes.walk_steps - 1) * counts["loop_instructions"]
         levels.append({"programs_per_sm": per_sm, "resident": resident,
                        "warps_per_scheduler": resident * warps / 4, "seconds": seconds,
@@ -490,16 +491,6 @@ def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dic
                        "loop_instructions": counts["loop_instructions"],
                        "seconds_per_instruction": seconds / math.ceil(per_sm / resident) / instructions})
     return {"walk": list(sizes.issue_walk), "steps": sizes.walk_steps, "levels": levels}
-
-
-def _resident_programs(compiled, warps: int, limits: DeviceLimits) -> int:
-    """Programs of a compiled kernel resident on one SM: by its registers (allocated in units of 8 per
-    thread) and shared memory (with the 1 KB the runtime reserves per program)."""
-    threads = 32 * warps
-    registers = 8 * math.ceil(compiled.n_regs / 8)
-    by_registers = limits.registers_per_sm // max(1, registers * threads)
-    by_shared = limits.shared_memory_per_sm // max(1, compiled.metadata.shared + 1024)
-    return max(1, min(2048 // threads, by_registers, by_shared))
 
 
 def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:

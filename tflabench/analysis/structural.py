@@ -338,7 +338,6 @@ def resident_programs(launch: Launch, rates: Rates) -> int:
     (allocated in units of `REGISTER_UNIT`) and shared bytes per program (plus the
     `SHARED_RESERVED_BYTES` the runtime reserves per program). Without them, a rule: the fp32 accumulators
     spread over the threads plus `REGISTER_OVERHEAD` each, and one operand tile set per pipeline stage."""
-    device = rates.blocks["device"]
     threads = 32 * launch.warps
     if launch.compiled is not None:
         registers = launch.compiled["registers"]
@@ -346,9 +345,17 @@ def resident_programs(launch: Launch, rates: Rates) -> int:
     else:
         registers = launch.accumulator_elements / threads + REGISTER_OVERHEAD
         shared = max(1, launch.stage_bytes * max(1, launch.stages))
+    return programs_per_sm(registers, shared, launch.warps, rates.blocks["device"])
+
+
+def programs_per_sm(registers: float, shared_bytes: int, warps: int, device: dict) -> int:
+    """Programs of ``warps`` warps resident on one SM of ``device`` (`DeviceLimits` fields) with
+    ``registers`` per thread (allocated in units of `REGISTER_UNIT`, at most 255) and ``shared_bytes`` per
+    program, at most `MAX_THREADS_PER_SM` threads and `MAX_PROGRAMS_PER_SM` programs, at least 1."""
+    threads = 32 * warps
     registers = min(REGISTER_UNIT * math.ceil(registers / REGISTER_UNIT), 255)
     by_registers = device["registers_per_sm"] // (registers * threads)
-    by_shared = device["shared_memory_per_sm"] // shared
+    by_shared = device["shared_memory_per_sm"] // shared_bytes
     return max(1, min(MAX_THREADS_PER_SM // threads, by_registers, by_shared, MAX_PROGRAMS_PER_SM))
 
 
