@@ -29,11 +29,11 @@ def cubin_resources(cubin: bytes) -> dict:
     instructions, loop_instructions (`instruction_counts`)}."""
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
-    listing = _cuobjdump(cubin, "-sass")
-    instructions, loop_instructions = instruction_counts(listing)
+    instructions = _instructions(_cuobjdump(cubin, "-sass"))
+    body = _loop_body(instructions)
     return {"registers": int(fields.get("REG", 0)), "local_bytes": int(fields.get("LOCAL", 0)),
-            "stack_bytes": int(fields.get("STACK", 0)), "loop_local_bytes": loop_local_bytes(listing),
-            "instructions": instructions, "loop_instructions": loop_instructions}
+            "stack_bytes": int(fields.get("STACK", 0)), "loop_local_bytes": _local_bytes(body),
+            "instructions": len(instructions), "loop_instructions": len(body)}
 
 
 def _instructions(sass: str) -> list[tuple[int, list[str]]]:
@@ -59,6 +59,12 @@ def _outermost_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int
     return max(loops, key=lambda loop: loop[1] - loop[0]) if loops else None
 
 
+def _loop_body(instructions: list[tuple[int, list[str]]]) -> list[list[str]]:
+    """The words of the instructions in the outermost loop (`_outermost_loop`); none without a loop."""
+    loop = _outermost_loop(instructions)
+    return [words for address, words in instructions if loop and loop[0] <= address <= loop[1]]
+
+
 def instruction_counts(sass: str) -> tuple[int, int]:
     """(SASS instructions of the kernel, those in its outermost loop's body, `_outermost_loop`). A warp of
     a program whose loop makes n trips issues about instructions + (n - 1) x loop_instructions: within
@@ -66,22 +72,21 @@ def instruction_counts(sass: str) -> tuple[int, int]:
     16 x 96/160 and 16 x 128/128, L = 64 and 128 (results/perf-log.md); a kernel of several loops (dQ:
     its partner tiles, and its value blocks twice) needs each loop's trips."""
     instructions = _instructions(sass)
-    loop = _outermost_loop(instructions)
-    in_loop = sum(1 for address, _ in instructions if loop and loop[0] <= address <= loop[1])
-    return len(instructions), in_loop
+    return len(instructions), len(_loop_body(instructions))
 
 
 def loop_local_bytes(sass: str) -> int:
     """Bytes per thread that the local-memory loads and stores (LDL, STL: register spills) move in one trip
     of the kernel's outermost loop (`_outermost_loop`)."""
-    instructions = _instructions(sass)
-    loop = _outermost_loop(instructions)
-    if loop is None:
-        return 0
+    return _local_bytes(_loop_body(_instructions(sass)))
+
+
+def _local_bytes(body: list[list[str]]) -> int:
+    """Bytes per thread the LDL and STL instructions among ``body`` move (4 unless .64 or .128 wide)."""
     moved = 0
-    for address, words in instructions:
+    for words in body:
         opcode = _opcode(words)
-        if loop[0] <= address <= loop[1] and opcode.split(".")[0] in ("LDL", "STL"):
+        if opcode.split(".")[0] in ("LDL", "STL"):
             width = re.search(r"\.(64|128)\b", opcode)
             moved += int(width.group(1)) // 8 if width else 4
     return moved
