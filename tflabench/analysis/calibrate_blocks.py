@@ -96,9 +96,10 @@ WALK_SHAPES = (
 )
 
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the walk whose instruction stream `measure_issue` times, and
-#: the programs per SM it is timed at (one, two and four warps per scheduler)
+#: the programs per SM it is timed at (one, two, four and six warps per scheduler; six is as many of the
+#: walk's programs as an SM holds, 78 registers per thread)
 ISSUE_WALK = ("state", 64, 64, 64, 4, 2)
-ISSUE_PROGRAMS_PER_SM = (1, 2, 4)
+ISSUE_PROGRAMS_PER_SM = (1, 2, 4, 6)
 
 #: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs
 SPILL_LOOP_LAUNCHES = ((8, 1), (8, 2))
