@@ -322,10 +322,9 @@ class Rates:
     def instruction_seconds(self, warps_per_scheduler: float) -> float:
         """Seconds one warp takes per instruction it issues in a loop that waits for its own loads and
         products (`calibrate_blocks.measure_issue`), with ``warps_per_scheduler`` warps on each scheduler:
-        interpolated linearly between the calibrated levels, the end levels' figures outside them (more
-        warps than the largest level hide more of each other's waits: its issue rate per scheduler shared
-        among them put the small-head output kernels, five 4-warp programs per SM, 1.3-1.5x above their
-        runs); 0 when the calibration has no such figure."""
+        interpolated linearly between the calibrated levels (1, 2, 4 and 6 warps per scheduler), the end
+        levels' figures outside them (a choice: the issue walk holds no more than six programs per SM);
+        0 when the calibration has no such figure."""
         measured = sorted((item["warps_per_scheduler"], item["seconds_per_instruction"])
                           for item in self.blocks.get("issue", {}).get("levels", []))
         return _interpolate_linear(warps_per_scheduler, measured) if measured else 0.0
