@@ -141,7 +141,7 @@ class BlockSizes:
     spill_loop_trips: int = 512
     issue_walk: tuple[str, int, int, int, int, int] = ISSUE_WALK
     issue_programs_per_sm: tuple[int, ...] = ISSUE_PROGRAMS_PER_SM
-    gate_seq_len: int = 16384
+    gate_seq_len: int = 4096
     gate_block: int = GATE_BLOCK
     programs_per_sm: int = 4
     stream_bytes: int = 2**30
