@@ -1,7 +1,6 @@
 """Measure building blocks a committed calibration lacks, on this GPU, and add them to the file: the
 spill-loop rates (``--spill-loops``: `calibrate_blocks.measure_spill_loops`, one and two 8-warp programs per
-SM, stacks from L1-sized to larger than L2), the issue levels (``--issue``), the strided gate accesses
-(``--gate-accesses``: `calibrate_blocks.measure_gate_accesses`), the walks of `calibrate_blocks.WALK_SHAPES` (``--walks``) and the
+SM, stacks from L1-sized to larger than L2), the walks of `calibrate_blocks.WALK_SHAPES` (``--walks``) and the
 tile products of `calibrate_blocks.DOT_SHAPES` (``--dots``) the file does not have. The rest of the file (the
 median of several machines) is left as it is; each addition's provenance (commit, versions, command, GPU) is
 appended to the file's ``provenance.additions``. On the GPU machine, in the repository root:
@@ -38,8 +37,6 @@ def main() -> None:
     parser.add_argument("--spill-loops", action="store_true", help="measure (again) the spill-loop rates")
     parser.add_argument("--issue", action="store_true",
                         help="measure (again) the seconds per issued instruction of a walk")
-    parser.add_argument("--gate-accesses", action="store_true",
-                        help="measure (again) the rate of strided gate loads and stores")
     parser.add_argument("--walks", action="store_true", help="measure the walk shapes the file lacks")
     parser.add_argument("--dots", action="store_true", help="measure the tile products the file lacks")
     parser.add_argument("--out", type=Path, help="where to write the file (default: in place)")
@@ -59,9 +56,6 @@ def main() -> None:
     if args.issue:
         blocks["issue"] = calibrate_blocks.measure_issue(sizes, limits, timer)
         added.append("issue")
-    if args.gate_accesses:
-        blocks["gate_accesses"] = calibrate_blocks.measure_gate_accesses(sizes, limits, timer)
-        added.append("gate_accesses")
     if shapes:
         blocks["walk"] = blocks["walk"] + calibrate_blocks.measure_walks(sizes, limits, timer)
         added.append("walk")
@@ -75,22 +69,16 @@ def main() -> None:
     (args.out or args.calibration).write_text(json.dumps(record, indent=2) + "\n")
     name, seconds = provenance["gpu"].get("name", "?"), provenance["seconds"]
     print(f"{name}: {', '.join(added) or 'nothing'}, {seconds:.0f} s")
-    for line in _report(blocks, args.spill_loops, args.issue, args.gate_accesses, len(shapes), len(dots)):
+    for line in _report(blocks, args.spill_loops, args.issue, len(shapes), len(dots)):
         print(line)
 
 
-def _report(blocks: dict, spill_loops: bool, issue: bool, gate_accesses: bool, walks: int,
-            dots: int) -> list[str]:
-    """One line per measured spill-loop rate, issue level, gate-access rate, added walk and added tile
-    product."""
+def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int) -> list[str]:
+    """One line per measured spill-loop rate, issue level, added walk and added tile product."""
     lines = []
     for level in blocks["issue"]["levels"] if issue else []:
         lines.append("issue, {programs_per_sm} programs per SM ({resident} resident): ".format(**level)
                      + f"{level['seconds_per_instruction'] * 1e9:.2f} ns per instruction of a warp")
-    if gate_accesses:
-        rates = blocks["gate_accesses"]
-        lines.append(f"gate accesses: {rates['accesses_per_s'] / 1e9:.1f} G/s, one program per SM "
-                     f"{rates['one_per_sm_accesses_per_s'] / 1e9:.1f} G/s")
     for rate in blocks["spill_loops"]["rates"] if spill_loops else []:
         lines.append("{}: {}".format(*spill_rate_row(rate)))
     for walk in blocks["walk"][len(blocks["walk"]) - walks:]:

@@ -101,11 +101,6 @@ WALK_SHAPES = (
 ISSUE_WALK = ("state", 64, 64, 64, 4, 2)
 ISSUE_PROGRAMS_PER_SM = (1, 2, 4, 6)
 
-#: heads H of the strided gate pattern (`measure_gate_accesses`): a [B, T, H] fp32 gate tensor walked along T
-#: per (batch, head), H x 4 = 128 bytes between a row's tokens, each token in its own 32-byte sector; and the
-#: tokens per step of its walk (`xl_chunk.GATE_GRADS_BLOCK`, the gate-gradient kernel's)
-GATE_HEADS, GATE_BLOCK = 32, 1024
-
 #: (num_warps, programs per SM) of the timed spill loops: 8 and 16 warps per SM of 8-warp programs
 SPILL_LOOP_LAUNCHES = ((8, 1), (8, 2))
 #: fp32 columns of the spill loop's carried tile: 64, 128 and 256 fit the registers (the loop without
@@ -141,8 +136,6 @@ class BlockSizes:
     spill_loop_trips: int = 512
     issue_walk: tuple[str, int, int, int, int, int] = ISSUE_WALK
     issue_programs_per_sm: tuple[int, ...] = ISSUE_PROGRAMS_PER_SM
-    gate_seq_len: int = 4096
-    gate_block: int = GATE_BLOCK
     programs_per_sm: int = 4
     stream_bytes: int = 2**30
     token_shape: tuple[int, int] = (16, 128)  # (heads, head dim) of the token-tile pattern
@@ -164,7 +157,7 @@ class BlockSizes:
                    walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
                    spill_iters=2, spill_loop_launches=((1, 1),), spill_loop_tile=(16, 16),
                    spill_loop_widths=(16, 32, 64), spill_loop_trips=2, issue_walk=("state", 16, 16, 32, 4, 1),
-                   issue_programs_per_sm=(1, 2), gate_seq_len=32, gate_block=16, programs_per_sm=1,
+                   issue_programs_per_sm=(1, 2), programs_per_sm=1,
                    stream_bytes=2**14, token_shape=(2, 16),
                    token_tile_rows=16, masked_head_dim=12, state_shape=(16, 32), state_tile=(16, 16),
                    launch_programs=4, burst=2, repeats=1, device="cpu")
@@ -384,21 +377,6 @@ def _tile_stream_kernel(src_ptr, dst_ptr, sums_ptr, TILES, INNER, OUTER_STRIDE, 
             acc += triton_fwd.load_cols(src_ptr + ptrs, cols, DIM, COLS).to(tl.float32)
     if not WRITE:
         tl.store(sums_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
-
-
-@triton.jit
-def _gate_walk_kernel(src_ptr, dst_ptr, T, H, BT: tl.constexpr):
-    """Program p walks row p (batch p // H, head p % H) of src [B, T, H] fp32 in steps of BT tokens, H
-    elements between a row's tokens: one load and one store (twice the value, to dst at the same place) per
-    token, the gate-gradient kernel's accesses to i, f, di and df (`triton_bwd.gate_grads_kernel`)."""
-    row = tl.program_id(0).to(tl.int64)
-    base = (row // H) * T * H + row % H
-    offs = tl.arange(0, BT)
-    for start in range(0, T, BT):
-        t = start + offs
-        mask = t < T
-        value = tl.load(src_ptr + base + t * H, mask=mask, other=0.0)
-        tl.store(dst_ptr + base + t * H, value * 2.0, mask=mask)
 
 
 @triton.jit(do_not_specialize=["NEVER"])
@@ -773,31 +751,6 @@ def memory_patterns(sizes: BlockSizes) -> dict:
     }
 
 
-def measure_gate_accesses(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
-    """Strided gate accesses per second (whole GPU): `_gate_walk_kernel` over [B, T, GATE_HEADS] fp32 rows,
-    one program per (batch, head) row, each load or store of one token's element counted once;
-    ``accesses_per_s`` with `sizes.programs_per_sm` programs per SM, ``one_per_sm_accesses_per_s`` with one
-    (B = programs // GATE_HEADS). Each warp-wide access touches 32 sectors. The rate is that of the tokens
-    a walk of 2T has beyond one of T (`sizes.gate_seq_len`), so the launch and the programs' start, which
-    the model prices apart, drop out; both walks' tensors fit L2, as the kernels' gate rows do."""
-    rates = {"heads": GATE_HEADS}
-    for suffix, programs in zip(("", "one_per_sm_"), _grid_programs(sizes, limits), strict=True):
-        batch = max(1, programs // GATE_HEADS)
-        seconds = [_gate_walk_seconds(batch, seq_len, sizes, timer)
-                   for seq_len in (sizes.gate_seq_len, 2 * sizes.gate_seq_len)]
-        extra_accesses = 2 * batch * GATE_HEADS * sizes.gate_seq_len
-        rates[f"{suffix}accesses_per_s"] = extra_accesses / max(seconds[1] - seconds[0], 1e-9)
-    return rates
-
-
-def _gate_walk_seconds(batch: int, seq_len: int, sizes: BlockSizes, timer: _Timer) -> float:
-    """Seconds of `_gate_walk_kernel` over fresh [batch, seq_len, GATE_HEADS] fp32 rows."""
-    src = torch.randn(batch, seq_len, GATE_HEADS, device=sizes.device)
-    dst = torch.empty_like(src)
-    return timer(lambda: _gate_walk_kernel[(batch * GATE_HEADS,)](src, dst, seq_len, GATE_HEADS,
-                                                                    BT=sizes.gate_block))
-
-
 def measure_launch(sizes: BlockSizes, timer: _Timer) -> dict:
     """launch_s: seconds per launch in a burst of one-program launches; program_s: seconds per program
     (whole GPU) of an empty kernel with `sizes.launch_programs` programs, the launch subtracted."""
@@ -858,7 +811,6 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
         "spill_loops": measure_spill_loops(sizes, limits, timer),
         "walk": measure_walks(sizes, limits, timer),
         "issue": measure_issue(sizes, limits, timer),
-        "gate_accesses": measure_gate_accesses(sizes, limits, timer),
         "launch": measure_launch(sizes, timer),
     }
     blocks["seconds"] = time.perf_counter() - started

@@ -11,8 +11,6 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
                    + fma / fma_rate
                    [+ reductions / row_reduce_rate + row_sums / row_sum_rate, mLSTMexp, with a
                     calibration that has them]
-                   [+ gate accesses / gate_access_rate, the gate-gradient kernel, with a calibration that
-                    has it]
                    + spills)
     spills  = spilled bytes x (L2 share / local_rate (l2_rate without it) + HBM share / hbm_rate)
               / max(1, c x warps / 4)   (the warps each of the SM's four schedulers switches between);
@@ -93,9 +91,6 @@ GATE_GRAD_LAUNCHES, GATE_GRAD_ROW_PASSES = 12, 16
 READ_IN_FLIGHT_BYTES = 64 * 128 * 2
 #: programs of at least this many warps take the calibrated spill-loop rate (`program_spill_seconds`)
 SPILL_LOOP_WARPS = 8
-#: bytes of a memory sector and of a gate element (fp32 gates, `bench.references.random_inputs`): a [B, T, H]
-#: gate row's tokens are 4 x H bytes apart, each in its own sector from H = 8 on (`_gate_gradient_kernel_launch`)
-SECTOR_BYTES, GATE_ELEMENT_BYTES = 32, 4
 
 
 @dataclass(frozen=True)
@@ -147,8 +142,7 @@ class Launch:
     the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`: the independent accumulator
     chains of tile products a program interleaves; the calibration times one chain per program, and c
     programs of n chains each get the product rate of c x n programs (results/h100/dot-chains/: two chains
-    1.17-1.37x one). `gate_accesses`: loads and stores per program of single gate elements a sector or more
-    apart (the gate-gradient kernel's, `Rates.gate_access_rate`)."""
+    1.17-1.37x one)."""
 
     name: str
     programs: int
@@ -171,7 +165,6 @@ class Launch:
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
-    gate_accesses: float = 0.0
 
     def dot(self, m: int, n: int, k: int, count: float, streamed: int = 2) -> None:
         """``count`` products [M, K] x [K, N] per program, ``streamed`` of their two operands loaded from
@@ -325,15 +318,6 @@ class Rates:
             return gap + (item["num_warps"] != warps) + (item["num_stages"] != stages)
 
         return float(min(measured, key=distance)["step_s"])
-
-    def gate_access_rate(self, concurrency: float) -> float:
-        """Per-SM strided gate loads and stores per second (`calibrate_blocks.measure_gate_accesses`: each
-        warp-wide access touches 32 sectors, so the load/store unit sets the rate), interpolated in the
-        programs running at once like `per_sm`; 0 when the calibration has no such figure."""
-        figures = self.blocks.get("gate_accesses")
-        if not figures:
-            return 0.0
-        return self.per_sm(figures["accesses_per_s"], figures["one_per_sm_accesses_per_s"], concurrency)
 
     def instruction_seconds(self, warps_per_scheduler: float) -> float:
         """Seconds one warp takes per instruction it issues in a loop that waits for its own loads and
@@ -511,9 +495,6 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     for name, elements in (("row_reduce", launch.reductions), ("row_sum", launch.row_sums)):
         if f"{name}_elements_per_s" in rates.blocks["pointwise"]:  # calibrations before it: untimed
             compute += per_sm * elements / rates.pointwise(name, concurrency)
-    gate_rate = rates.gate_access_rate(concurrency)
-    if launch.gate_accesses and gate_rate > 0:
-        compute += per_sm * launch.gate_accesses / gate_rate
     hbm_rate = hbm_read_rate(launch, rates, concurrency)
     l2_rate = rates.memory("l2_read") / sms
     program_spills = program_spill_seconds(launch, rates, concurrency, hbm_rate, l2_rate)
@@ -867,9 +848,7 @@ def _gate_gradient_launches(problem: Problem) -> list[Launch]:
 def _gate_gradient_kernel_launch(problem: Problem, q_blocks: int, k_blocks: int) -> Launch:
     """`gate_grads_kernel` (`Tiling.fused_gate_grads`): one program per segment of a (batch, head) row
     (`xl_chunk.GateGradsGrid`) sums the fp32 row sums (q_blocks of q.dq, k_blocks of k.dk) of the tokens after
-    its segment, then walks the segment reading those row sums and the gates i (mLSTMsig) and f, writing di
-    and df: single elements of [B, T, H] rows (`gate_accesses`), one sector each where the heads put the
-    tokens a sector apart, else the share of a sector one token's element is."""
+    its segment, then walks the segment reading those row sums and the gates i, f, writing di and df."""
     from tflabench.kernels.mlstm.xl_chunk import GateGradsGrid
 
     T, grid = problem.seq_len, GateGradsGrid.for_seq_len(problem.seq_len)
@@ -881,8 +860,6 @@ def _gate_gradient_kernel_launch(problem: Problem, q_blocks: int, k_blocks: int)
                     grid.block * (sum_bytes + gate_bytes), kernel="gate_grads_kernel",
                     loop_trips=grid.longest_program_steps(T))
     walked = T / segments
-    gates = 4 if problem.variant == "sig" else 3
-    launch.gate_accesses = walked * gates * min(1.0, GATE_ELEMENT_BYTES * problem.heads / SECTOR_BYTES)
     launch.fma = walked * (q_blocks + k_blocks + 4) + later_tokens * (q_blocks + k_blocks)
     launch.exp = walked * 2
     launch.l2_bytes = later_tokens * sum_bytes
