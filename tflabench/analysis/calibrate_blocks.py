@@ -485,9 +485,10 @@ def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dic
         resident = min(per_sm, structural.programs_per_sm(
             compiled.n_regs, compiled.metadata.shared + structural.SHARED_RESERVED_BYTES, warps,
             limits.__dict__))
-        instructions = counts["instructions"] + (sizes.walk_steps - 1) * counts["loop_instructions"]
+        instructions = structural.issued_instructions(counts, sizes.walk_steps)
         levels.append({"programs_per_sm": per_sm, "resident": resident,
-                       "warps_per_scheduler": resident * warps / 4, "seconds": seconds,
+                       "warps_per_scheduler": resident * warps / structural.SCHEDULERS_PER_SM,
+                       "seconds": seconds,
                        "instructions": counts["instructions"],
                        "loop_instructions": counts["loop_instructions"],
                        "seconds_per_instruction": seconds / math.ceil(per_sm / resident) / instructions})

@@ -366,14 +366,19 @@ def spilled_bytes(launch: Launch) -> float:
     return launch.compiled["loop_local_bytes"] * 32 * launch.warps * launch.loop_trips
 
 
+def issued_instructions(counts: dict, trips: float, copies: int = 1) -> float:
+    """Instructions one warp issues in a kernel of compiled ``counts`` (`sass.cubin_resources`:
+    ``instructions``, ``loop_instructions``) whose outermost loop makes ``trips`` trips over ``copies``
+    compiled copies of it: all of them, and the loop's body once more for each further trip."""
+    return counts["instructions"] + max(0.0, trips - copies) * counts["loop_instructions"]
+
+
 def program_instructions(launch: Launch) -> float:
-    """Instructions each warp of one program issues: the compiled kernel's, and its outermost loop's body
-    once more for each trip beyond its compiled copies (`Launch.loop_trips`, `Launch.loop_copies`); 0
-    without compiled instruction counts."""
+    """Instructions each warp of one program issues (`issued_instructions` of its compiled kernel over
+    `Launch.loop_trips` and `Launch.loop_copies`); 0 without compiled instruction counts."""
     if launch.compiled is None or "instructions" not in launch.compiled:
         return 0.0
-    extra_trips = max(0.0, launch.loop_trips - launch.loop_copies)
-    return launch.compiled["instructions"] + extra_trips * launch.compiled["loop_instructions"]
+    return issued_instructions(launch.compiled, launch.loop_trips, launch.loop_copies)
 
 
 def warps_per_scheduler(launch: Launch, concurrency: int) -> float:
@@ -467,15 +472,14 @@ def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
 
 
-def issue_seconds(launch: Launch, rates: Rates, per_sm: int, concurrency: int) -> float:
-    """Seconds the busiest SM's warps take to issue the launch's instructions one after another: its rounds
-    of ``concurrency`` programs x the instructions of one warp (`program_instructions`) x the calibrated
-    seconds per instruction (`Rates.instruction_seconds`). A program of n independent chains of products
-    (`Launch.chains`) counts as n warps each issuing 1/n of them, as the chains count as programs for the
-    product rate."""
+def issue_seconds(launch: Launch, rates: Rates, rounds: int, concurrency: int) -> float:
+    """Seconds the busiest SM's warps take to issue the launch's instructions one after another: its
+    ``rounds`` of ``concurrency`` programs x the instructions of one warp (`program_instructions`) x the
+    calibrated seconds per instruction (`Rates.instruction_seconds`). A program of n independent chains of
+    products (`Launch.chains`) counts as n warps each issuing 1/n of them, as the chains count as programs
+    for the product rate."""
     warps = warps_per_scheduler(launch, concurrency) * launch.chains
-    return (math.ceil(per_sm / concurrency) * program_instructions(launch) / launch.chains
-            * rates.instruction_seconds(warps))
+    return rounds * program_instructions(launch) / launch.chains * rates.instruction_seconds(warps)
 
 
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
@@ -484,6 +488,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     resident = resident_programs(launch, rates)
     per_sm = math.ceil(launch.programs / sms)
     concurrency = min(resident, per_sm)
+    rounds = math.ceil(per_sm / concurrency)
     products = concurrency * launch.chains
     dot_s = 0.0
     for (m, n, k, streamed), count in launch.dots.items():
@@ -504,12 +509,11 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
               / rates.memory(f"{launch.store_pattern}_write"))
     memory = per_sm * (loads + stores)
     if launch.walk is not None:
-        rounds = math.ceil(per_sm / concurrency)
         step = rates.walk_step(launch.walk, launch.warps, launch.stages)
         compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
-    issue = issue_seconds(launch, rates, per_sm, concurrency)
+    issue = issue_seconds(launch, rates, rounds, concurrency)
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
                       pipelined=launch.stages >= 2, issue_s=issue)
 
