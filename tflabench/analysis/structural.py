@@ -16,7 +16,8 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
               / max(1, c x warps / 4)   (the warps each of the SM's four schedulers switches between);
               8-warp programs, with a calibration that has spill loops: spilled bytes / spill_rate(c x
               warps, the SM's stack bytes)
-    memory  = n * max(HBM bytes / hbm_rate, L2 bytes / l2_rate) + n * stored bytes / store_rate
+    memory  = n * max(HBM bytes / hbm_rate, L2 bytes / l2_rate) + n * stored bytes / store_rate, the L2
+              bytes those loaded outside tile products (the products' operand loads are in dot_rate)
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
               (a pipelined launch, two or more stages: launch + P * per_program + sqrt(compute^2 + memory^2))
 
@@ -129,20 +130,21 @@ class Problem:
 @dataclass
 class Launch:
     """One kernel launch: `programs` programs, each doing `dots` ({(M, N, K, streamed): count}, `dot`), `exp`
-    and `fma` fp32 elements, `reductions` fp32 score elements under a row max and row sum (mLSTMexp's online
-    max), `row_sums` under a row sum alone (mLSTMexp's normalizer where the max is the gates' prefix max),
-    `l2_bytes` of loads; the launch as a whole reads `hbm_bytes` (unique bytes) and stores `store_bytes`
-    (``store_pattern`` "token" or "state"). warps, stages, accumulator_elements and stage_bytes (shared
-    memory of one pipeline stage) give its occupancy by the rule; `kernel` (the Triton function) finds its
-    compiled registers, shared memory and loop spills (`compiled`, from compiled_resources.json.gz) when the
-    table has them, and `loop_trips` is the trips of its outermost loop per program (what the spills of
-    one trip and the instructions of its body are multiplied by), over `loop_copies` copies of that loop in
-    the compiled code (the output kernel's query tiles, unrolled, each with its own key/value loop).
-    `walk`: (kind, L, Dqk, Dv) of the step of a launch whose programs walk
-    the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`: the independent accumulator
-    chains of tile products a program interleaves; the calibration times one chain per program, and c
-    programs of n chains each get the product rate of c x n programs (results/h100/dot-chains/: two chains
-    1.17-1.37x one)."""
+    and `fma` fp32 elements, `reductions` fp32 score elements under a row max and row sum (mLSTMexp's
+    online max), `row_sums` under a row sum alone (mLSTMexp's normalizer where the max is the gates'
+    prefix max), `l2_bytes` of loads outside its tile products (a product's operands are loaded for it in
+    the calibration that times it, so its rate includes their loads); the launch as a whole reads
+    `hbm_bytes` (unique bytes) and stores `store_bytes` (``store_pattern`` "token" or "state"). warps,
+    stages, accumulator_elements and stage_bytes (shared memory of one pipeline stage) give its occupancy
+    by the rule; `kernel` (the Triton function) finds its compiled registers, shared memory and loop
+    spills (`compiled`, from compiled_resources.json.gz) when the table has them, and `loop_trips` is the
+    trips of its outermost loop per program (what the spills of one trip and the instructions of its body
+    are multiplied by), over `loop_copies` copies of that loop in the compiled code (the output kernel's
+    query tiles, unrolled, each with its own key/value loop). `walk`: (kind, L, Dqk, Dv) of the step of a
+    launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`:
+    the independent accumulator chains of tile products a program interleaves; the calibration times one
+    chain per program, and c programs of n chains each get the product rate of c x n programs
+    (results/h100/dot-chains/: two chains 1.17-1.37x one)."""
 
     name: str
     programs: int
@@ -664,7 +666,6 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int,
     launch.dot(bk, bv, bl, steps)
     launch.exp = steps * bl
     launch.fma = steps * (bk * bv + bl * bk)
-    launch.l2_bytes = steps * bl * (bk + bv) * e
     launch.hbm_bytes = p.rows * p.seq_len * (p.head_dim_qk + p.head_dim_v) * e
     chunks = p.seq_len // tiling.chunk
     launch.store_bytes = p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes
@@ -683,7 +684,6 @@ def _states_dq_launch(problem: Problem, tiling) -> Launch:
     launch.stage_bytes += bl * bv * e
     launch.dot(bl, bk, bv, steps, streamed=1)
     launch.fma += steps * bl * bk
-    launch.l2_bytes += steps * bl * bv * e
     launch.hbm_bytes += p.rows * p.seq_len * p.head_dim_v * e
     launch.store_bytes = p.rows * p.seq_len * p.head_dim_qk * e
     launch.store_pattern = "token"
@@ -733,11 +733,6 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     launch.reductions = kv_tiles * t.block_q * t.out_block_kv if online_max else 0.0
     launch.row_sums = kv_tiles * t.block_q * t.out_block_kv if p.variant == "exp" and not online_max else 0.0
     launch.fma = kv_tiles * t.block_q * (3 * t.out_block_kv + t.out_block_v)
-    query_blocks = (kv_tiles * qk_blocks if reload_query
-                    else t.out_q_tiles * qk_blocks + kv_tiles * (qk_blocks - 1))
-    launch.l2_bytes = (query_blocks * t.block_q * t.block_qk * e
-                       + t.out_q_tiles * p.head_dim_qk * t.out_block_v * state_bytes
-                       + kv_tiles * t.out_block_kv * (p.head_dim_qk + t.out_block_v) * e)
     launch.hbm_bytes = (p.rows * p.seq_len * (2 * p.head_dim_qk + p.head_dim_v) * e
                         + p.rows * chunks * p.head_dim_qk * p.head_dim_v * state_bytes)
     launch.store_bytes = p.rows * p.seq_len * p.head_dim_v * e
@@ -760,8 +755,9 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
     the intra-chunk part over the tiles on one side of the diagonal (where the other head dim is one block
     the row tile is loaded again for every partner tile from the same address, an L2 hit, and the product is
     priced at the rate with the left operand loaded once, as the one with the score tile on chip is; the
-    held-out run `holdout-operands` decided both), the inter-chunk part over the other head dim in blocks;
-    HBM reads of the tensors of `GRADIENT_READS`."""
+    held-out run `holdout-operands` decided both; with the L2 term left to loads outside products, the rate
+    with both operands loaded there met fewer targets, results/perf-log.md), the inter-chunk part over the
+    other head dim in blocks; HBM reads of the tensors of `GRADIENT_READS`."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
     if name == "dQ":
@@ -787,8 +783,6 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
     launch.dot(rows, out_block, loop_block, loop_blocks)
     launch.exp = partner_tiles * rows * partner
     launch.fma = partner_tiles * rows * partner * 3 + rows * out_block * 2
-    launch.l2_bytes = (partner_tiles * (loop_blocks * (rows + partner) * loop_block + partner * out_block) * e
-                       + loop_blocks * (rows * loop_block * e + out_block * loop_block * state_bytes))
     widths = {"q": p.head_dim_qk, "k": p.head_dim_qk, "v": p.head_dim_v, "dh": p.head_dim_v}
     token_width = sum(widths[tensor] for tensor in GRADIENT_READS[kernels][name])
     launch.hbm_bytes = (p.rows * p.seq_len * token_width * e
@@ -821,8 +815,6 @@ def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = Fal
     launch.dot(rows, dqk, t.block_q, query_tiles, streamed=1)
     launch.exp = query_tiles * rows * t.block_q
     launch.fma = query_tiles * rows * t.block_q * 3 + rows * (dqk + dv) * 2
-    launch.l2_bytes = (rows * (dqk + dv) * e + dqk * dv * state_bytes
-                       + query_tiles * t.block_q * (dqk + dv) * e)
     launch.hbm_bytes = (p.rows * p.seq_len * (2 * dqk + 2 * dv) * e
                         + p.rows * chunks * dqk * dv * state_bytes)
     launch.store_bytes = p.rows * p.seq_len * ((dqk + dv) * e + 4)
@@ -830,7 +822,6 @@ def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = Fal
         launch.name, launch.accumulator_elements = "dQ+dK+dV", launch.accumulator_elements + rows * dqk
         launch.dot(rows, dqk, t.block_q, query_tiles, streamed=1)
         launch.fma += rows * dqk * 2
-        launch.l2_bytes += rows * dqk * e
         launch.hbm_bytes += p.rows * p.seq_len * dqk * e
         launch.store_bytes += p.rows * p.seq_len * (dqk * e + 4)
     return launch
@@ -891,7 +882,6 @@ def _fused_forward_launch(problem: Problem, chunk: int, tiling) -> Launch:
     launch.exp = chunks * chunk * chunk * (2 if p.variant == "exp" else 1)
     launch.reductions = chunks * chunk * chunk if p.variant == "exp" else 0.0
     launch.fma = chunks * (chunk * chunk * 3 + dqk * bv + chunk * dqk)
-    launch.l2_bytes = chunks * chunk * (2 * dqk + bv) * e
     launch.hbm_bytes = p.rows * p.seq_len * (2 * p.head_dim_qk + p.head_dim_v + 2) * e
     launch.store_bytes = p.rows * p.seq_len * (p.head_dim_v * e + 8)
     return launch
