@@ -301,7 +301,7 @@ def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypat
     kernels = {"fused_forward_kernel": {"registers": 255, "shared_bytes": 1, "stack_bytes": 8,
                                         "loop_local_bytes": 8}}
     entry = {"tiling": tiling.__dict__.copy(), "kernels": kernels}
-    monkeypatch.setattr(structural, "_compiled_table", lambda: {"fused_chunk/exp/128x256/L64": entry})
+    monkeypatch.setattr(structural, "_compiled_table", lambda: {"fused_chunk/exp/128x256/L64": [entry]})
     assert structural.compiled_kernels(problem, "fused_chunk", 64) == kernels
     assert structural.launches(problem, "fused_chunk", 64)[0].compiled == kernels["fused_forward_kernel"]
     entry["tiling"]["num_warps"] = 2
@@ -316,7 +316,7 @@ def test_the_shipped_table_matches_todays_tilings():
     change)."""
     from tflabench.analysis import model_check
 
-    table = structural._compiled_table()
+    table = structural.read_compiled_resources()["entries"]
     assert table
     assert any(len(key.split("/")) == 6 for key in table)
     for key in table:
@@ -367,11 +367,11 @@ def test_a_launch_runs_the_warps_it_was_compiled_with(rates):
 def test_a_stale_reference_entry_falls_back_to_the_rule(monkeypatch):
     """A reference entry compiled with other tiles than `reference_tiling` is ignored."""
     problem = structural.Problem(8, 8192, 16, 128, 256)
-    entry = structural._compiled_table()["reference/sig/128x256/L128"]
+    entry, = structural._compiled_table()["reference/sig/128x256/L128"]
     assert structural.compiled_kernels(problem, "reference", 128) is not None
     stale = json.loads(json.dumps(entry))
     stale["kernels"][structural.REFERENCE_KERNELS["output"]]["blocks"]["siz_b_DHHV"] = 64
-    monkeypatch.setattr(structural, "_compiled_table", lambda: {"reference/sig/128x256/L128": stale})
+    monkeypatch.setattr(structural, "_compiled_table", lambda: {"reference/sig/128x256/L128": [stale]})
     assert structural.compiled_kernels(problem, "reference", 128) is None
 
 

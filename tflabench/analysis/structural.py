@@ -1045,9 +1045,15 @@ def read_compiled_resources(path: Path = COMPILED_RESOURCES_PATH) -> dict:
 
 
 @functools.cache
-def _compiled_table() -> dict:
-    """The entries of the compiled-resources table beside this module ({} when absent)."""
-    return read_compiled_resources()["entries"] if COMPILED_RESOURCES_PATH.exists() else {}
+def _compiled_table() -> dict[str, list[dict]]:
+    """The entries of the compiled-resources table beside this module by configuration
+    (``algorithm/variant/DqkxDv/Lchunk``, the first four parts of a key), in the table's order ({} when
+    absent)."""
+    entries = read_compiled_resources()["entries"] if COMPILED_RESOURCES_PATH.exists() else {}
+    by_configuration: dict[str, list[dict]] = {}
+    for key, entry in entries.items():
+        by_configuration.setdefault("/".join(key.split("/")[:4]), []).append(entry)
+    return by_configuration
 
 
 def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
@@ -1059,8 +1065,7 @@ def compiled_kernels(problem: Problem, algorithm: str, chunk: int,
     default tilings and, under keys with a ``/version`` suffix, those of the former versions
     (`kernels.mlstm.tilings.FORMER_DEFAULTS`); a stale entry or another tiling falls back to the rule."""
     configuration = f"{algorithm}/{problem.variant}/{problem.head_dim_qk}x{problem.head_dim_v}/L{chunk}"
-    entries = [entry for key, entry in _compiled_table().items()
-               if key == configuration or key.startswith(configuration + "/")]
+    entries = _compiled_table().get(configuration, [])
     if algorithm == "reference":
         modelled = reference_tiling(problem, chunk)
         matching = [entry for entry in entries if _reference_entry_matches(entry, modelled)]
