@@ -429,14 +429,10 @@ def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> lis
     (``spill_bytes_per_thread``; a spilling walk times its spills, not the step's latency alone). Kinds:
     ``state`` (the state recurrence), ``fused`` (mLSTMsig's fused forward), ``fused_exp`` (mLSTMexp's)."""
     programs = _grid_programs(sizes, limits)[1]
-    if sizes.device != "cuda":
-        slots = 2
-    else:
-        slots = sizes.walk_slots or programs * sizes.walk_steps
     results = []
     for walk in sizes.walk_shapes:
         kind, chunk, dqk, dv, warps, stages = walk
-        launch = _walk_launch(walk, programs, slots, sizes)
+        launch = _walk_launch(walk, programs, sizes)
         spill_bytes = 4 * (getattr(launch(), "n_spills", 0) or 0)  # Triton reports 32-bit words
         results.append({"kind": kind, "l": chunk, "dqk": dqk, "dv": dv, "num_warps": warps,
                         "num_stages": stages, "step_s": timer(launch) / sizes.walk_steps,
@@ -444,12 +440,13 @@ def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> lis
     return results
 
 
-def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int, slots: int,
+def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
                  sizes: BlockSizes) -> Callable[[], object]:
     """A callable that launches `_walk_kernel` for ``walk`` (kind, L, Dqk, Dv, warps, stages) with
-    ``programs`` programs of `sizes.walk_steps` steps over ``slots`` tiles of fresh random inputs, and
-    returns the compiled kernel."""
+    ``programs`` programs of `sizes.walk_steps` steps over `sizes.walk_slots` tiles (0: programs x steps,
+    each tile read once; on the CPU two) of fresh random inputs, and returns the compiled kernel."""
     kind, chunk, dqk, dv, warps, stages = walk
+    slots = sizes.walk_slots or programs * sizes.walk_steps if sizes.device == "cuda" else 2
     q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
     v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
     gate = _walk_gates(kind, slots, chunk, sizes.device)
@@ -472,11 +469,10 @@ def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dic
     ``seconds_per_instruction`` (the launch's seconds / its rounds of resident programs / the instructions
     of one warp). On the CPU (interpreter) nothing is compiled and ``levels`` is empty."""
     warps = sizes.issue_walk[4]
-    slots = sizes.walk_slots if sizes.device == "cuda" else 2
     levels = []
     for per_sm in sizes.issue_programs_per_sm:
         programs = per_sm * (limits.sm_count if sizes.device == "cuda" else 1)
-        launch = _walk_launch(sizes.issue_walk, programs, slots, sizes)
+        launch = _walk_launch(sizes.issue_walk, programs, sizes)
         compiled = launch()
         seconds = timer(launch)
         if sizes.device != "cuda":
