@@ -822,10 +822,19 @@ def test_the_references_recurrences_move_their_padded_tiles(dims, padded):
     assert by_name["output"].hbm_bytes == problem.rows * (4096 * (2 * dims[0] + dims[1]) * 2 + states)
 
 
-def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeypatch):
-    """A state recurrence of 32 programs (B = 1, 32 x 64/64) on 132 SMs: each of the 32 busy SMs gets a
-    larger share of the HBM bandwidth than with every SM busy (up to its one-program Little's-law rate), so
-    the launch's memory time is shorter than with the bandwidth shared among all SMs."""
+def _with_programs(launch, programs: int):
+    """``launch`` with ``programs`` programs of the same bytes each."""
+    scale = programs / launch.programs
+    return dataclasses.replace(launch, programs=programs, hbm_bytes=launch.hbm_bytes * scale,
+                               store_bytes=launch.store_bytes * scale)
+
+
+def test_the_sms_share_the_bandwidth_by_what_they_have_in_flight(rates):
+    """A state recurrence of 32 programs (B = 1, 32 x 64/64) on 132 SMs: each of the 32 busy SMs reads at the
+    rate its bytes in flight allow, faster than its 1/132 share of the bandwidth. With 160 programs (two on
+    28 SMs, one on the others) the loads take less than with 264 (two on every SM) and more than with 132:
+    the SMs of one program leave the bandwidth to the others once they are done. At one stage (no loads in
+    flight while a program computes) they do not: 160 programs take as long as 264."""
     problem = structural.Problem(1, 32768, 32, 64, 64)
     launches = structural.launches(problem, "xl_chunk", 128)
     states = next(launch for launch in launches if launch.name == "states")
@@ -833,9 +842,19 @@ def test_the_bandwidth_is_shared_among_the_sms_that_have_programs(rates, monkeyp
     crowded = dataclasses.replace(states, programs=rates.sm_count)
     assert structural.hbm_read_rate(states, rates, 1) > structural.hbm_read_rate(crowded, rates, 1)
     assert structural.hbm_read_rate(states, rates, 1) <= rates.memory("token_read") / 32
-    shared = structural.launch_time(states, rates)
-    monkeypatch.setattr(structural, "active_sms", lambda launch, rates: rates.sm_count)
-    assert shared.memory_s < structural.launch_time(states, rates).memory_s
+    one_program_bytes = states.hbm_bytes / states.programs + states.store_bytes / states.programs
+    assert structural.memory_seconds(states, rates, 1, 1) < one_program_bytes / (
+        rates.memory("token_read") / rates.sm_count)
+    sms = rates.sm_count
+    memory = {programs: structural.memory_seconds(_with_programs(states, programs), rates,
+                                                  -(-programs // sms), 1)
+              for programs in (sms, sms + 28, 2 * sms)}
+    assert states.stages >= 2 and memory[sms] < memory[sms + 28] < memory[2 * sms]
+    one_stage = dataclasses.replace(states, stages=1)
+    memory = {programs: structural.memory_seconds(_with_programs(one_stage, programs), rates,
+                                                  -(-programs // sms), 1)
+              for programs in (sms + 28, 2 * sms)}
+    assert memory[sms + 28] == pytest.approx(memory[2 * sms])
 
 
 @pytest.mark.parametrize("algorithm, reads", [
@@ -880,3 +899,30 @@ def test_the_exp_fused_forward_warps_of_each_version_at_each_head_dim(version, d
     problem = structural.Problem(8, 4096, 16, *dims, variant="exp")
     fields = model_check.row_tiling(version, "exp", None, dims)
     assert structural.modelled_tiling(problem, "fused_chunk", 64, fields).num_warps == fused_warps
+
+
+def test_masked_tiles_move_their_tokens_at_the_masked_token_rates(rates):
+    """At 96/96 our blocks (64 and 128 wide) do not divide the head dims: every launch that moves head-dim
+    tiles is masked and its loads and stores take the calibration's slower masked-token rates; the gate
+    launches and every launch at 128/128 are not. The reference's output and gradient launches are masked
+    at 96/96, its recurrences (priced at their padded tiles) are not."""
+    masked = structural.Problem(8, 4096, 16, 96, 96, mode="fwdbw")
+    for launch in structural.launches(masked, "xl_chunk", 128):
+        moves_tiles = launch.kernel not in structural.GATE_KERNELS and bool(launch.kernel)
+        assert launch.masked == moves_tiles, launch.name
+    whole = structural.Problem(8, 4096, 16, 128, 128, mode="fwdbw")
+    assert not any(launch.masked for launch in structural.launches(whole, "xl_chunk", 128))
+    reference = {launch.name: launch.masked for launch in structural.launches(masked, "reference", 128)}
+    assert reference["output"] and reference["dQ"] and not reference["states"]
+    assert rates.token_pattern(True) == "token"  # a calibration without the masked-token figures
+    memory = dict(rates.blocks["memory"])
+    for name in ("read", "write", "read_one_per_sm"):
+        memory[f"token_masked_{name}_bytes_per_s"] = 0.85 * memory[f"token_{name}_bytes_per_s"]
+    rates = dataclasses.replace(rates, blocks={**rates.blocks, "memory": memory})
+    assert rates.token_pattern(True) == "token_masked" and rates.token_pattern(False) == "token"
+    output = next(launch for launch in structural.launches(masked, "xl_chunk", 128)
+                  if launch.name == "output")
+    unmasked = dataclasses.replace(output, masked=False)
+    per_sm = -(-output.programs // rates.sm_count)
+    assert (structural.memory_seconds(output, rates, per_sm, 2)
+            > structural.memory_seconds(unmasked, rates, per_sm, 2))

@@ -35,25 +35,6 @@ SPILL_BYTES = 64
 NARROW_BLOCK = 64
 
 
-def _head_blocks(problem: structural.Problem, algorithm: str, chunk: int, tiling) -> list[tuple[int, int]]:
-    """(head dim, block) of each head-dim block size our kernels run at this shape (none for the
-    reference, whose padded tiles the model prices as such)."""
-    if algorithm == "reference":
-        return []
-    dqk, dv = problem.head_dim_qk, problem.head_dim_v
-    blocks = []
-    if algorithm == "fused_chunk":
-        from tflabench.kernels.mlstm.launch import next_pow2
-
-        fused = structural.modelled_tiling(problem, algorithm, chunk, tiling)
-        blocks += [(dqk, next_pow2(dqk)), (dv, fused.block_v)]
-        if problem.mode == "fwd":
-            return blocks
-    tfla_algorithm = "xl_chunk" if algorithm == "fused_chunk" else algorithm
-    tfla = structural.modelled_tiling(problem, tfla_algorithm, chunk, tiling)
-    return blocks + tfla.head_dim_blocks(dqk, dv, backward=problem.mode == "fwdbw")
-
-
 def weak_points(problem: structural.Problem, algorithm: str, chunk: int, tiling=None) -> tuple[str, ...]:
     """The `WEAK_POINTS` classes of one (algorithm, chunk size) prediction with ``tiling`` (as in
     `structural.launches`), in the order of `WEAK_POINTS`; () where it is in none."""
@@ -67,7 +48,7 @@ def weak_points(problem: structural.Problem, algorithm: str, chunk: int, tiling=
             found.add("no_compiled")
         elif launch.compiled["loop_local_bytes"] >= SPILL_BYTES:
             found.add("spills_8w" if launch.warps >= 8 else "spills_4w")
-    for dim, block in _head_blocks(problem, algorithm, chunk, fields):
+    for dim, block in structural.head_dim_blocks(problem, algorithm, chunk, fields):
         if dim % block:
             found.add("masked")
         if block < NARROW_BLOCK and dim > block:

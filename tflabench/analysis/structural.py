@@ -16,14 +16,22 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
               / max(1, c x warps / 4)   (the warps each of the SM's four schedulers switches between);
               8-warp programs, with a calibration that has spill loops: spilled bytes / spill_rate(c x
               warps, the SM's stack bytes)
-    memory  = n * max(HBM bytes / hbm_rate, L2 bytes / l2_rate) + n * stored bytes / store_rate, the L2
-              bytes those loaded outside tile products (the products' operand loads are in dot_rate)
+    memory  = max(n * HBM bytes / P / latency_rate, HBM bytes / full-grid rate, n * L2 bytes / l2_rate)
+              + stored bytes / full-grid store rate, for a pipelined launch (two or more stages);
+              n * (max(HBM bytes / P / hbm_rate, L2 bytes / l2_rate) + stored bytes / P / store_rate) for
+              a one-stage launch (`memory_seconds`); the L2 bytes those loaded outside tile products (the
+              products' operand loads are in dot_rate), at the masked-token rates for a call whose
+              head-dim blocks do not divide its head dims (`Launch.masked`)
     time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
               (a pipelined launch, two or more stages: launch + P * per_program + sqrt(compute^2 + memory^2))
 
-hbm_rate = min(full-grid rate / A, one-program-per-SM rate / S x c x stage bytes / READ_IN_FLIGHT_BYTES) per
-SM, A = min(P, S) the SMs that have programs (Little's law: the loads one step of the c programs issues
-against those of the calibration's one program), and store_rate the full-grid store rate / A;
+latency_rate = one-program-per-SM rate / S x c x stage bytes / READ_IN_FLIGHT_BYTES per SM (Little's law: the
+loads one step of the c programs issues against those of the calibration's one program): the SMs share the
+bandwidth by what they have in flight, so the busiest SM's bytes take its latency-bound rate while the whole
+launch's bytes take the full-grid rate (160 programs on 132 SMs: the SMs of one program are done half-way);
+hbm_rate (one-stage launches, spills) = min(full-grid rate / A, latency_rate), A = min(P, S) the SMs that
+have programs, and store_rate the full-grid store rate / A: a one-stage loop has no loads in flight while it
+computes, so its SMs do not take over the bandwidth of those that are done;
 
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
@@ -144,7 +152,9 @@ class Launch:
     launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`:
     the independent accumulator chains of tile products a program interleaves; the calibration times one
     chain per program, and c programs of n chains each get the product rate of c x n programs
-    (results/h100/dot-chains/: two chains 1.17-1.37x one)."""
+    (results/h100/dot-chains/: two chains 1.17-1.37x one). `masked`: a launch that moves head-dim tiles in
+    a call whose blocks do not divide its head dims; its token loads and stores take the calibration's
+    masked-token rates (`Rates.token_pattern`)."""
 
     name: str
     programs: int
@@ -167,6 +177,7 @@ class Launch:
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
+    masked: bool = False
 
     def dot(self, m: int, n: int, k: int, count: float, streamed: int = 2) -> None:
         """``count`` products [M, K] x [K, N] per program, ``streamed`` of their two operands loaded from
@@ -279,14 +290,26 @@ class Rates:
     def memory(self, name: str) -> float:
         return float(self.blocks["memory"][f"{name}_bytes_per_s"])
 
-    def hbm_read(self, in_flight_bytes: float, active_sms: int | None = None) -> float:
-        """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM. Little's law:
-        at a fixed latency the rate grows with the bytes in flight, up to the SM's share of the full-grid
-        figure among the ``active_sms`` SMs that have programs (all by default); the calibration's
-        one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`."""
-        full = self.memory("token_read") / min(active_sms or self.sm_count, self.sm_count)
-        one = self.memory("token_read_one_per_sm") / self.sm_count
-        return min(full, one * in_flight_bytes / READ_IN_FLIGHT_BYTES)
+    def token_pattern(self, masked: bool) -> str:
+        """The calibrated token pattern a launch's loads and stores take: ``token_masked`` for masked tiles
+        where the calibration times it (`calibrate_blocks.measure_memory`), else ``token``."""
+        timed = "token_masked_read_bytes_per_s" in self.blocks["memory"]
+        return "token_masked" if masked and timed else "token"
+
+    def hbm_read(self, in_flight_bytes: float, active_sms: int | None = None,
+                 pattern: str = "token") -> float:
+        """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM: the
+        latency-bound rate (`hbm_latency_read`) up to the SM's share of the full-grid figure among the
+        ``active_sms`` SMs that have programs (all by default)."""
+        full = self.memory(f"{pattern}_read") / min(active_sms or self.sm_count, self.sm_count)
+        return min(full, self.hbm_latency_read(in_flight_bytes, pattern))
+
+    def hbm_latency_read(self, in_flight_bytes: float, pattern: str = "token") -> float:
+        """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM where the
+        bandwidth does not bind. Little's law: at a fixed latency the rate grows with the bytes in flight;
+        the calibration's one-program-per-SM figure is the rate at its program's `READ_IN_FLIGHT_BYTES`."""
+        one = self.memory(f"{pattern}_read_one_per_sm") / self.sm_count
+        return one * in_flight_bytes / READ_IN_FLIGHT_BYTES
 
     def spill_rate(self, warps_per_sm: float, stack_bytes_per_sm: float) -> float:
         """Per-SM bytes per second of register-spill traffic (`calibrate_blocks.measure_spill_loops`'
@@ -469,9 +492,41 @@ def hbm_read_rate(launch: Launch, rates: Rates, concurrency: int) -> float:
     ``concurrency`` programs running at once on an SM, up to the SM's share of the bandwidth among the
     `active_sms` (`Rates.hbm_read`); for launches without tiles (elementwise ones), interpolated in the
     programs per SM (`Rates.per_sm`)."""
+    pattern = rates.token_pattern(launch.masked)
     if launch.stage_bytes:
-        return rates.hbm_read(concurrency * launch.stage_bytes, active_sms(launch, rates))
-    return rates.per_sm(rates.memory("token_read"), rates.memory("token_read_one_per_sm"), concurrency)
+        return rates.hbm_read(concurrency * launch.stage_bytes, active_sms(launch, rates), pattern)
+    return rates.per_sm(rates.memory(f"{pattern}_read"), rates.memory(f"{pattern}_read_one_per_sm"),
+                        concurrency)
+
+
+def memory_seconds(launch: Launch, rates: Rates, per_sm: int, concurrency: int) -> float:
+    """Seconds of the launch's loads and stores on the busiest SM, whose ``per_sm`` programs run
+    ``concurrency`` at a time. A pipelined launch (two or more stages) shares the bandwidth by what the SMs
+    have in flight: its loads take the longest of the busiest SM's HBM bytes at the rate its bytes in
+    flight allow (`Rates.hbm_latency_read`; elementwise launches: `hbm_read_rate`), the whole launch's HBM
+    bytes at the full-grid rate, and the busiest SM's loads outside tile products (`Launch.l2_bytes`) at
+    its share of the L2 rate; its stores the whole launch's bytes at the full-grid store rate. So where
+    its programs do not divide evenly among the SMs (160 on 132), those with more programs take more of
+    the bandwidth once the others are done (results/perf-log.md, "uneven grids"). A one-stage launch has
+    no loads in flight while it computes (Little's law needs them all the time): its SMs each take their
+    share of the bandwidth (`hbm_read_rate`) and the busiest one's programs set the time."""
+    pattern = rates.token_pattern(launch.masked)
+    store_pattern = pattern if launch.store_pattern == "token" else launch.store_pattern
+    l2_rate = rates.memory("l2_read") / rates.sm_count
+    if launch.stages < 2:
+        loads = max(launch.hbm_bytes / launch.programs / hbm_read_rate(launch, rates, concurrency),
+                    launch.l2_bytes / l2_rate)
+        stores = (launch.store_bytes / launch.programs * active_sms(launch, rates)
+                  / rates.memory(f"{store_pattern}_write"))
+        return per_sm * (loads + stores)
+    if launch.stage_bytes:
+        latency_rate = rates.hbm_latency_read(concurrency * launch.stage_bytes, pattern)
+    else:
+        latency_rate = hbm_read_rate(launch, rates, concurrency)
+    loads = max(per_sm * launch.hbm_bytes / launch.programs / latency_rate,
+                launch.hbm_bytes / rates.memory(f"{pattern}_read"),
+                per_sm * launch.l2_bytes / l2_rate)
+    return loads + launch.store_bytes / rates.memory(f"{store_pattern}_write")
 
 
 def issue_seconds(launch: Launch, rates: Rates, rounds: int, concurrency: int) -> float:
@@ -506,10 +561,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     l2_rate = rates.memory("l2_read") / sms
     program_spills = program_spill_seconds(launch, rates, concurrency, hbm_rate, l2_rate)
     compute += per_sm * program_spills
-    loads = max(launch.hbm_bytes / launch.programs / hbm_rate, launch.l2_bytes / l2_rate)
-    stores = (launch.store_bytes / launch.programs * active_sms(launch, rates)
-              / rates.memory(f"{launch.store_pattern}_write"))
-    memory = per_sm * (loads + stores)
+    memory = memory_seconds(launch, rates, per_sm, concurrency)
     if launch.walk is not None:
         step = rates.walk_step(launch.walk, launch.warps, launch.stages)
         compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
@@ -962,7 +1014,35 @@ def launches(problem: Problem, algorithm: str, chunk: int, tiling: str | dict | 
                 if problem.mode == "fwdbw" else [])
     _attach_compiled(forward, compiled_kernels(problem, algorithm, chunk, tiling))
     _attach_compiled(backward, compiled_kernels(problem, "xl_chunk", chunk, tiling))
+    masked = any(dim % block for dim, block in head_dim_blocks(problem, algorithm, chunk, tiling))
+    for launch in forward + backward:
+        launch.masked = masked and launch.kernel not in GATE_KERNELS and bool(launch.kernel)
     return forward + backward
+
+
+#: our Triton kernels that move gates, not head-dim tiles
+GATE_KERNELS = ("gate_cumsum_kernel", "gate_grads_kernel")
+
+
+def head_dim_blocks(problem: Problem, algorithm: str, chunk: int, tiling: dict | None = None
+                    ) -> list[tuple[int, int]]:
+    """(head dim, block) of each head-dim block size our kernels run at this shape with ``tiling`` (the
+    fields of `tiling_fields`); none for the reference, whose tiles the model prices as its launches run
+    them."""
+    if algorithm == "reference":
+        return []
+    dqk, dv = problem.head_dim_qk, problem.head_dim_v
+    blocks = []
+    if algorithm == "fused_chunk":
+        from tflabench.kernels.mlstm.launch import next_pow2
+
+        fused = modelled_tiling(problem, algorithm, chunk, tiling)
+        blocks += [(dqk, next_pow2(dqk)), (dv, fused.block_v)]
+        if problem.mode == "fwd":
+            return blocks
+    tfla_algorithm = "xl_chunk" if algorithm == "fused_chunk" else algorithm
+    tfla = modelled_tiling(problem, tfla_algorithm, chunk, tiling)
+    return blocks + tfla.head_dim_blocks(dqk, dv, backward=problem.mode == "fwdbw")
 
 
 #: the reference's Triton kernels (mLSTMsig) per launch name of the model
@@ -1002,8 +1082,11 @@ def _reference_launches(problem: Problem, chunk: int) -> list[Launch]:
             _reference_gate_gradient_launch(problem),
         ]
     launch_list[2].loop_trips = _mean_causal_tiles(chunk, tiling.block_q, tiling.out_block_kv)  # its kv loop
+    blocks = tiling.head_dim_blocks(problem.head_dim_qk, problem.head_dim_v, backward=problem.mode == "fwdbw")
+    masked = any(dim % block for dim, block in blocks + [(problem.head_dim_qk, gradient_tiling.block_qk)])
     for launch in launch_list:
         launch.kernel = REFERENCE_KERNELS.get(launch.name, launch.kernel)
+        launch.masked = masked and launch.name in ("output", "dV", "dK", "dQ")
     _attach_compiled(launch_list, compiled_kernels(problem, "reference", chunk))
     return launch_list
 
