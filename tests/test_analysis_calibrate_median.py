@@ -74,6 +74,26 @@ def test_calibrations_that_do_not_measure_the_same_things_are_refused(other, mes
         median_calibration([CALIBRATION, other], ["a.json", "b.json"], "")
 
 
+def test_a_list_of_naming_values_is_kept_where_the_calibrations_agree():
+    """The issue block names its walk by a list of plain values (kind, L, Dqk, Dv, warps, stages), with a
+    repeated 64: it is kept as it is where every calibration has it, its levels' floats merged, and refused
+    where one differs."""
+    def with_issue(factor: float, walk: list) -> dict:
+        record = scaled(factor)
+        record["blocks"]["issue"] = {"walk": walk, "levels": [
+            {"warps_per_scheduler": 1.0, "seconds_per_instruction": factor * 2e-9}]}
+        return record
+
+    walk = ["state", 64, 64, 64, 4, 2]
+    merged = median_calibration([with_issue(1.0, walk), with_issue(2.0, list(walk)), with_issue(4.0, walk)],
+                                ["a", "b", "c"], "")
+    assert merged["blocks"]["issue"]["walk"] == walk
+    assert merged["blocks"]["issue"]["levels"][0]["seconds_per_instruction"] == pytest.approx(4e-9)
+    with pytest.raises(InputError, match="blocks.issue.walk"):
+        median_calibration([with_issue(1.0, walk), with_issue(1.0, ["state", 128, 64, 64, 4, 2])],
+                           ["a", "b"], "")
+
+
 def test_one_calibration_is_no_median():
     with pytest.raises(InputError, match="two or more"):
         median_calibration([CALIBRATION], ["a.json"], "")

@@ -7,8 +7,9 @@ figures and tile entries) and gives the median of each measured figure, so that 
 those of a typical machine of the pool rather than of the one that happened to be calibrated.
 
 What counts as measured: every float. Integers, strings and booleans (tile shapes, warps, SM count, L2 size,
-compiled spill bytes) name what was measured and must agree. Lists of tile entries (``blocks.dot``,
-``blocks.walk``) are matched by those naming fields, in any order.
+compiled spill bytes) name what was measured and must agree, and so must lists of them (the shape of the walk
+``blocks.issue`` times). Lists of tile entries (``blocks.dot``, ``blocks.walk``) are matched by those naming
+fields, in any order.
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ def _measured(record: dict, name: str) -> dict:
 
 
 def _merge(values: list, names: Sequence[str], path: str):
-    """The median of floats, the common value of naming fields, recursively through objects and lists."""
+    """The median of floats, the common value of naming fields (and of lists of them), recursively through
+    objects and lists of entries."""
     first = values[0]
     if isinstance(first, float) and all(_is_float(value) for value in values):
         return statistics.median(float(value) for value in values)
     if isinstance(first, dict) and all(isinstance(value, dict) for value in values):
         return _merge_objects(values, names, path)
-    if isinstance(first, list) and all(isinstance(value, list) for value in values):
+    if all(isinstance(value, list) and all(isinstance(entry, dict) for entry in value) for value in values):
         return _merge_entries(values, names, path)
     if any(value != first or type(value) is not type(first) for value in values):
         raise InputError(f"the calibrations differ in {path or 'their top level'}: "
