@@ -519,6 +519,19 @@ def test_kernels_through_tensor_descriptors_match_the_reference(variant, normali
     assert_close(kernel, run_reference(problem, **cell))
 
 
+@pytest.mark.parametrize("variant, normalize", CELLS)
+def test_dq_from_the_diagonal_matches_the_reference(variant, normalize):
+    """`Tiling.dq_from_diagonal`: the dQ kernel's key/value tiles from each query tile's diagonal down (four
+    query tiles of 16 in a chunk of 64: one to four key/value tiles each); every output, gradient and state
+    against the float64 reference."""
+    tiling = replace(Tiling.default(64, 32, 32, variant=variant), block_q=16, block_kv=16, block_qk=16,
+                     block_v=16, fused_dkdv=False, fused_dq=False, dq_from_diagonal=True)
+    problem = make_problem(seed=23, shape=replace(SMALL, head_dim_qk=32, head_dim_v=32), initial_state=True)
+    cell = dict(variant=variant, normalize=normalize, eps=EPS)
+    kernel = run(partial(mlstm_xl_chunk, **cell, chunk_size=64, tiling=tiling), problem, F32)
+    assert_close(kernel, run_reference(problem, **cell))
+
+
 def test_tensor_descriptors_only_where_blocks_divide_the_head_dims():
     """The kernels fall back to pointer tiles where a head-dim block is masked (a descriptor over the
     [B*T, H*D] matrix would read the next head's columns) or a tensor is not contiguous."""

@@ -207,11 +207,12 @@ def chunk_dq_kernel(
     T, H, NC, qk_scale, tiles_0, tiles_1,
     DQK: tl.constexpr, DV: tl.constexpr,
     L: tl.constexpr, BLQ: tl.constexpr, BLKV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, TMA: tl.constexpr,
+    STABILIZE: tl.constexpr, NORMALIZE: tl.constexpr, TMA: tl.constexpr, FROM_DIAGONAL: tl.constexpr,
 ):
     """Grid `chunk_program` over (DQK/BK, L/BLQ). Writes dq [B, T, H, DQK] (layout of q) and
     qdq [DQK/BK, B*H, T]. TMA: q, k, v, dh, the states and dq are tensor descriptors
-    (`triton_fwd.token_source`, `state_source`)."""
+    (`triton_fwd.token_source`, `state_source`). FROM_DIAGONAL: the key/value tiles from the query tile's
+    diagonal down to the chunk's first (`Tiling.dq_from_diagonal`), else from the first."""
     pid_k, pid_q, bh, chunk, batch, head = chunk_program(NC, H, tiles_0, tiles_1)
     offs_q = pid_q * BLQ + tl.arange(0, BLQ)
     offs_kv = tl.arange(0, BLKV)
@@ -226,7 +227,8 @@ def chunk_dq_kernel(
 
     dq = tl.zeros([BLQ, BK], dtype=tl.float32)
     num_kv_tiles = (pid_q + 1) * BLQ // BLKV
-    for kv_tile in range(0, num_kv_tiles):
+    for step in range(0, num_kv_tiles):
+        kv_tile = num_kv_tiles - 1 - step if FROM_DIAGONAL else step
         kv_start = chunk * L + kv_tile * BLKV
         t_kv = kv_start + offs_kv
         dscores = tl.zeros([BLQ, BLKV], dtype=tl.float32)

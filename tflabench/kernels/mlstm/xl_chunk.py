@@ -63,6 +63,10 @@ class Tiling:
     computes dQ (`triton_bwd.chunk_states_dq_kernel`, `chunk_dkdv_kernel` WITH_DQ).
     fused_gate_grads: the gate gradients in one kernel (`triton_bwd.gate_grads_kernel`) instead of
     `launch.gate_grads`' PyTorch ops (a dozen launches over [B*H, T] rows).
+    dq_from_diagonal: the dQ kernel walks each query tile's key/value tiles from the diagonal down instead
+    of from the chunk's first, so that the chunk's programs, which run at once, read different tiles at a
+    time (as the dK kernel's do); a candidate (results/h100/profile-dq-dk-wide-heads: dQ 1.17x dK's time at
+    9 x 160/160, L = 512, with 30 % more stall on its global loads).
     Dataclass defaults are generic; `Tiling.default` is the measured choice.
     """
 
@@ -94,6 +98,7 @@ class Tiling:
     dkdv_num_stages: int = 1
     fused_dq: bool = False
     fused_gate_grads: bool = False
+    dq_from_diagonal: bool = False
 
     @property
     def dv_stages(self) -> int:
@@ -473,7 +478,7 @@ def _backward(q, k, v, i, f, dh, dc_last, fwd: _Forward, initial, tiling: Tiling
             q, k, v, dh, states, dq, "q", tiling, tiling.block_v)
         triton_bwd.chunk_dq_kernel[grid](
             q_src, k_src, v_src, dh_src, *gates, c_src, dq_dst, q_dq, *strides_qkvh, T, H, NC, qk_scale,
-            **tiles, **dims, **blocks, **flags, **launch, TMA=tma,
+            **tiles, **dims, **blocks, **flags, **launch, TMA=tma, FROM_DIAGONAL=tiling.dq_from_diagonal,
         )
         del states
 
