@@ -39,8 +39,10 @@ import torch
 from torch import Tensor
 
 from tflabench.kernels import mlstm
+from tflabench.kernels.mlstm import tilings
 from tflabench.kernels.mlstm.choice import Shape
 from tflabench.kernels.mlstm.reference import mlstm_chunkwise
+from tflabench.kernels.mlstm.xl_chunk import mlstm_xl_chunk
 
 pytestmark = [
     pytest.mark.gpu,
@@ -83,12 +85,14 @@ class Case:
     chunk_size: int
     gates: str = "long-memory"
     recompute_states_in_bw: bool = True
+    tiling: str | None = None  # xl_chunk's tiling text (`tilings.overrides`); None: the default tiling
 
     @property
     def name(self) -> str:
         cell = self.variant + ("-normalized" if self.normalize else "")
         kept = "" if self.recompute_states_in_bw else "-kept-states"
-        return f"{cell}-{self.algorithm}-L{self.chunk_size}-{self.gates}{kept}"
+        tiling = "" if self.tiling is None else f"-{self.tiling}"
+        return f"{cell}-{self.algorithm}-L{self.chunk_size}-{self.gates}{kept}{tiling}"
 
 
 BF16_CASES = [
@@ -107,6 +111,8 @@ BF16_CASES = [
     Case("sig", True, "fused_chunk", 64),
     Case("exp", None, "fused_chunk", 64, gates="short-memory"),
     Case("sig", False, "fused_chunk", 64, gates="short-memory"),
+    *(Case(variant, normalize, "xl_chunk", chunk, tiling="dq_from_diagonal=true")
+      for variant, normalize in (("exp", None), ("sig", False)) for chunk in (128, 512)),
 ]
 
 
@@ -186,11 +192,16 @@ def errors_against_reference(
     """Relative error of every output and gradient of the kernel; the tensors are freed on return."""
     problem = make_problem(seed, shape, case.gates, dtype, device)
     cell = dict(variant=case.variant, normalize=case.normalize)
-    kernel = run(
-        partial(mlstm, **cell, algorithm=case.algorithm, chunk_size=case.chunk_size,
-                recompute_states_in_bw=case.recompute_states_in_bw),
-        problem, dtype, F32,
-    )
+    if case.tiling is None:
+        function = partial(mlstm, **cell, algorithm=case.algorithm, chunk_size=case.chunk_size,
+                           recompute_states_in_bw=case.recompute_states_in_bw)
+    else:
+        options = tilings.launch_options(case.algorithm, case.tiling, chunk=case.chunk_size,
+                                         variant=case.variant, head_dim_qk=shape.head_dim_qk,
+                                         head_dim_v=shape.head_dim_v)
+        function = partial(mlstm_xl_chunk, **cell, eps=1e-6, chunk_size=case.chunk_size,
+                           recompute_states_in_bw=case.recompute_states_in_bw, **options)
+    kernel = run(function, problem, dtype, F32)
     assert kernel["h"].dtype == dtype and kernel["dq"].dtype == dtype and kernel["C"].dtype == F32
     reference_chunk = min(REFERENCE_CHUNK, shape.seq_len)
     reference = run(
