@@ -1,10 +1,12 @@
 """Results table and metadata: row-by-row writing, cut-off last lines, resume keys, derived columns."""
 
+import csv
 import json
 import sys
 
 import pytest
 
+from tflabench.analysis import run_data
 from tflabench.bench.derived import Derivation, cost_arguments
 from tflabench.bench.registry import Availability, KernelSpec
 from tflabench.bench.results import (
@@ -14,11 +16,12 @@ from tflabench.bench.results import (
     new_meta,
     rankings,
     read_rows,
+    unsteady_rows,
 )
 from tflabench.core import SweepPoint
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm.tilings import KERNELS_VERSION
-from tflabench.schema import COLUMNS
+from tflabench.schema import COLUMNS, EARLIER_COLUMNS
 
 FIG4_POINT = SweepPoint(batch=8, seq_len=8192, heads=16, head_dim_qk=128, head_dim_v=256, chunk_size=128)
 
@@ -55,6 +58,23 @@ def test_rows_are_appended_after_one_header_and_a_half_written_line_is_cut(tmp_p
         ("ours.mlstm_sig.xl_chunk", "B1-T64-H2-dqk16-dv16-L16-bfloat16-fwdbw"),
         ("ours.mlstm_sig.xl_chunk", "B1-T128-H2-dqk16-dv16-LNone-float32-fwd"),
     }
+
+
+def test_a_table_written_before_the_later_columns_is_continued_with_them_appended(tmp_path):
+    """A run resumed from a table of `EARLIER_COLUMNS` keeps its rows, the later columns empty in them."""
+    path = tmp_path / "results.csv"
+    earlier = {column: value for column, value in row().items() if column in EARLIER_COLUMNS}
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=EARLIER_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerow(earlier)
+    with ResultsWriter(path) as results:
+        results.write({**row(point=SweepPoint(1, 64, 2, 16, 16, 16)), "timing_rounds": 2})
+    first, second = read_rows(path)
+    assert path.read_text().splitlines()[0] == ",".join(COLUMNS)
+    assert list(first) == list(COLUMNS) and first["timing_rounds"] == ""
+    assert first["time_ms"] == second["time_ms"] == "4.39" and second["timing_rounds"] == "2"
+    assert run_data.load_run(path).table["timing_rounds"].isna().tolist() == [True, False]
 
 
 def test_a_results_file_with_other_columns_is_refused(tmp_path):
@@ -139,6 +159,16 @@ def test_rankings_list_only_measured_rows_fastest_first(tmp_path):
     assert list(ranked) == [("fwd", "bfloat16", 8, 8192, 4096)]
     assert [(ms, name) for ms, name, _ in ranked[("fwd", "bfloat16", 8, 8192, 4096)]] == [
         (2.0, "fast.kernel"), (9.0, "slow.kernel")]
+
+
+def test_rows_whose_interquartile_range_is_above_the_limit_are_unsteady(tmp_path):
+    path = tmp_path / "results.csv"
+    quartiles = {"steady.kernel": (1.99, 2.01), "unsteady.kernel": (1.9, 2.1)}  # 1 % and 10 % of 2 ms
+    with ResultsWriter(path) as writer:
+        for name, (q25, q75) in quartiles.items():
+            writer.write({**row(kernel(name), time_ms=2.0), "time_ms_q25": q25, "time_ms_q75": q75})
+        writer.write(row(kernel("crashed.kernel"), status="crash"))
+    assert unsteady_rows(read_rows(path)) == [f"unsteady.kernel {FIG4_POINT.key()}"]
 
 
 def test_meta_commit_from_the_environment_wins_over_the_checkout(monkeypatch):

@@ -12,6 +12,8 @@ from tflabench.bench.measure import (
     ReferenceGate,
     check_dtype,
     measure_point,
+    spread,
+    steadiest_round,
     summarize_times,
 )
 from tflabench.bench.registry import Availability, CheckResult, KernelSpec
@@ -57,6 +59,7 @@ def test_measure_point_times_forward_and_backward_on_cpu():
     for point in POINTS:
         result = measure_point(spec, point, "cpu-interpreter", settings, ReferenceGate("cpu-interpreter"))
         assert result["status"] == "ok" and result["repeats"] == 5 and result["peak_mem_mib"] is None
+        assert result["timing_rounds"] == 1  # the interpreter's times are not re-timed
         assert 0 < result["time_ms_q25"] <= result["time_ms"] <= result["time_ms_q75"]
         assert result["warmup_s"] > 0 and result["check_rel_error"] == 0.0
     assert calls == [False] * 7 + [True] * 7
@@ -74,8 +77,27 @@ def test_failed_check_is_reported_and_nothing_is_timed():
 def test_summary_statistics_and_gate_dtype():
     assert summarize_times([4.0, 1.0, 3.0, 2.0, 5.0]) == (3.0, 2.0, 4.0)
     assert summarize_times([2.5]) == (2.5, 2.5, 2.5)
+    assert spread([4.0, 1.0, 3.0, 2.0, 5.0]) == pytest.approx(2 / 3)
     assert check_dtype("cpu-interpreter", "bfloat16") == "float32"
     assert check_dtype("cuda", "bfloat16") == "bfloat16"
+
+
+STEADY = [1.00, 1.00, 1.01, 1.00, 1.00]  # spread 0
+DISTURBED = [1.00, 1.20, 1.00, 1.30, 1.10]  # spread 0.2
+WIDER = [1.00, 1.50, 1.00, 1.60, 1.10]  # spread 0.5
+
+
+@pytest.mark.parametrize(("rounds_timed", "limit", "kept", "count"), [
+    ([STEADY], 3, STEADY, 1),  # steady at once: one round
+    ([DISTURBED, STEADY], 3, STEADY, 2),  # timed again until steady
+    ([WIDER, DISTURBED, WIDER], 3, DISTURBED, 3),  # never steady: the steadiest of the three
+    ([DISTURBED], 1, DISTURBED, 1),  # one round allowed
+])
+def test_an_unsteady_round_is_timed_again_and_the_steadiest_kept(rounds_timed, limit, kept, count):
+    queue = list(rounds_timed)
+    times, timed = steadiest_round(lambda: queue.pop(0), limit)
+    assert (times, timed) == (kept, count)
+    assert not queue
 
 
 @pytest.mark.parametrize(("exc", "expected"), [

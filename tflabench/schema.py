@@ -28,4 +28,10 @@ COLUMNS = (
     "model_ms_additive", "model_ms_overlap",
     "sm_clock_mhz", "mem_clock_mhz", "temp_c_max", "power_w",
     "params", "timestamp",
+    "timing_rounds",
 )
+
+#: columns appended after runs had been committed without them: a table that lacks one reads with it empty
+LATER_COLUMNS = ("timing_rounds",)
+#: the columns of the tables written before `LATER_COLUMNS`
+EARLIER_COLUMNS = tuple(column for column in COLUMNS if column not in LATER_COLUMNS)

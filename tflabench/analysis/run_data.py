@@ -25,7 +25,7 @@ import pandas as pd
 from tflabench.core import DTYPE_BYTES, MODES, STATE_BYTES_OF_OPERANDS, resolved_state_bytes
 from tflabench.errors import InputError
 from tflabench.inputs import path_kind
-from tflabench.schema import COLUMNS, STATUSES
+from tflabench.schema import COLUMNS, LATER_COLUMNS, STATUSES
 
 #: State bytes (the paper's fp32, for kernels that record none) and causal factor F_c of the theoretical
 #: optimal chunk size (Eq. 121).
@@ -126,9 +126,12 @@ def _read_table(csv_path: Path) -> pd.DataFrame:
         table = pd.read_csv(io.StringIO(text), dtype={column: str for column in TEXT_COLUMNS})
     except pd.errors.ParserError as exc:
         raise InputError(f"{csv_path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    missing = [column for column in COLUMNS if column not in table.columns]
+    missing = [column for column in COLUMNS if column not in table.columns and column not in LATER_COLUMNS]
     if missing:
         raise InputError(f"{csv_path}: not a results table, missing columns: {', '.join(missing)}")
+    for column in LATER_COLUMNS:
+        if column not in table.columns:
+            table[column] = float("nan")
     if table.empty:
         raise InputError(f"{csv_path}: the results table has no rows")
     for column in COLUMNS:

@@ -240,6 +240,13 @@ def _print_summary(rows: list[dict[str, str]], run_dir: Path, left: int) -> None
     problems = _problem_table(rows)
     if problems.row_count:
         console.print(problems)
+    from tflabench.bench.results import MAX_SPREAD, unsteady_rows
+
+    unsteady = unsteady_rows(rows)
+    if unsteady:
+        listed = ", ".join(unsteady[:5]) + (" ..." if len(unsteady) > 5 else "")
+        console.print(f"{len(unsteady)} rows unsteady after re-timing (interquartile range above "
+                      f"{MAX_SPREAD:.0%} of the median): {listed}")
     console.print(f"results: {run_dir}")
     if left:
         console.print(f"budget reached: {left} points left; run the same command with --resume to continue")
