@@ -214,3 +214,19 @@ def test_the_chunk_optimum_uses_the_state_bytes_the_kernel_records(table):
     assert with_params(json.dumps({"cost_params": {"state_bytes": 1}})).state_bytes == 1
     assert with_params(json.dumps({"variant": "sig"})).state_bytes == run_data.STATE_BYTES == 4
     assert with_params("").state_bytes == 4
+
+
+def test_the_summary_names_unsteady_gpu_rows():
+    """Rows whose interquartile range is above 3 % of the median are named with their spread; CPU rows and
+    rows not measured are not."""
+    shape = dict(kernel="k", heads=2, head_dim_qk=64, head_dim_v=64, seq_len=8192, batch=8, chunk_size=64,
+                 mode="fwd")
+    rows = [dict(shape, status="ok", device="cuda", time_ms=2.0, time_ms_q25=1.9, time_ms_q75=2.1),
+            dict(shape, status="ok", device="cuda", time_ms=2.0, time_ms_q25=1.99, time_ms_q75=2.01),
+            dict(shape, status="ok", device="cpu-interpreter", time_ms=2.0, time_ms_q25=1.0, time_ms_q75=3.0),
+            dict(shape, status="crash", device="cuda", time_ms=float("nan"), time_ms_q25=float("nan"),
+                 time_ms_q75=float("nan"))]
+    note = report.unsteady_note(pd.DataFrame(rows))
+    assert note == (" **1 row unsteady** (interquartile range above 3% of the median): "
+                    "k 2×64 T=8k B=8 L=64 fwd (10%).")
+    assert report.unsteady_note(pd.DataFrame(rows[1:])) == ""

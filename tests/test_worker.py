@@ -92,6 +92,8 @@ WIDER = [1.00, 1.50, 1.00, 1.60, 1.10]  # spread 0.5
     ([DISTURBED, STEADY], 3, STEADY, 2),  # timed again until steady
     ([WIDER, DISTURBED, WIDER], 3, DISTURBED, 3),  # never steady: the steadiest of the three
     ([DISTURBED], 1, DISTURBED, 1),  # one round allowed
+    ([[x * 1000 for x in DISTURBED], STEADY], 3, STEADY, 2),  # 5.6 s of calls: timed again
+    ([[x * 2000 for x in DISTURBED]], 3, [x * 2000 for x in DISTURBED], 1),  # 11.2 s: not timed again
 ])
 def test_an_unsteady_round_is_timed_again_and_the_steadiest_kept(rounds_timed, limit, kept, count):
     queue = list(rounds_timed)

@@ -35,6 +35,7 @@ from tflabench.analysis.run_data import (
 )
 from tflabench.errors import InputError
 from tflabench.inputs import create_output_dir
+from tflabench.schema import MAX_SPREAD
 
 REPORT_NAME = "report.md"
 PLOTS_DIR = "plots"
@@ -191,8 +192,24 @@ def summary_line(run: Run) -> str:
     return (
         (note if unfinished else "")
         + f"{len(run.table)} rows, {kernels} kernels, device {device_label(run.table)}. "
-        f"Status counts: {status_text}."
+        f"Status counts: {status_text}." + unsteady_note(run.table)
     )
+
+
+def unsteady_note(table: pd.DataFrame) -> str:
+    """A sentence naming the measured GPU rows whose interquartile range is above `schema.MAX_SPREAD` of
+    their median (unsteady after the harness's re-timing, or measured before it), or "" when none is."""
+    measured = table[(table["status"] == "ok") & (table["device"] == "cuda") & (table["time_ms"] > 0)]
+    spread = (measured["time_ms_q75"] - measured["time_ms_q25"]) / measured["time_ms"]
+    unsteady = measured[spread > MAX_SPREAD]
+    if unsteady.empty:
+        return ""
+    labels = [f"{row.kernel} {_shape_label(row)} {row['mode']} ({spread[index]:.0%})"
+              for index, row in unsteady.head(5).iterrows()]
+    more = f" and {len(unsteady) - 5} more" if len(unsteady) > 5 else ""
+    rows = "1 row" if len(unsteady) == 1 else f"{len(unsteady)} rows"
+    return (f" **{rows} unsteady** (interquartile range above {MAX_SPREAD:.0%} of the median): "
+            + "; ".join(labels) + more + ".")
 
 
 def _cell(text: object) -> str:

@@ -240,7 +240,8 @@ def _print_summary(rows: list[dict[str, str]], run_dir: Path, left: int) -> None
     problems = _problem_table(rows)
     if problems.row_count:
         console.print(problems)
-    from tflabench.bench.results import MAX_SPREAD, unsteady_rows
+    from tflabench.bench.results import unsteady_rows
+    from tflabench.schema import MAX_SPREAD
 
     unsteady = unsteady_rows(rows)
     if unsteady:

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from tflabench.bench.registry import CheckResult, KernelSpec
-from tflabench.bench.results import MAX_SPREAD
 from tflabench.core import SweepPoint
 from tflabench.nvml import NvmlSampler
+from tflabench.schema import MAX_SPREAD
 
 CUDA = "cuda"
 CPU_INTERPRETER = "cpu-interpreter"
@@ -43,6 +43,9 @@ CPU_INTERPRETER = "cpu-interpreter"
 L2_FLUSH_BYTES = 256 * 10**6
 #: Rounds of timed calls at most per point on CUDA: the first and, while unsteady, up to two more.
 TIMING_ROUNDS = 3
+#: A round whose calls took longer than this in all (ms) is not timed again: the point's time limit
+#: (`--timeout`, warm-up included) was set for one round.
+RETIME_ROUND_MS = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,12 @@ def spread(times_ms: list[float]) -> float:
 
 
 def steadiest_round(time_round: Callable[[], list[float]], rounds: int) -> tuple[list[float], int]:
-    """Time rounds (``time_round``) until one has a `spread` of at most `MAX_SPREAD` or ``rounds`` were
-    timed; returns the round of the smallest spread and the number of rounds timed. A disturbance of a
-    few calls (another process, a clock change) widens one round; a kernel whose times are spread by
-    nature stays spread, and its row shows it."""
+    """Time rounds (``time_round``) until one has a `spread` of at most `MAX_SPREAD`, ``rounds`` were timed
+    or a round took more than `RETIME_ROUND_MS`; returns the round of the smallest spread and the number of
+    rounds timed. A disturbance of a few calls (another process, a clock change) widens one round; a kernel
+    whose times are spread by nature stays spread, and its row shows it."""
     timed = [time_round()]
-    while spread(timed[-1]) > MAX_SPREAD and len(timed) < rounds:
+    while spread(timed[-1]) > MAX_SPREAD and len(timed) < rounds and sum(timed[-1]) <= RETIME_ROUND_MS:
         timed.append(time_round())
     return min(timed, key=spread), len(timed)
 

@@ -28,19 +28,11 @@ from tflabench.bench.registry import KernelSpec
 from tflabench.core import SweepPoint
 from tflabench.errors import InputError
 from tflabench.provenance import command_line, git_state, software_versions
-from tflabench.schema import COLUMNS, EARLIER_COLUMNS
-
-#: A round of timed calls whose interquartile range is above this fraction of its median is unsteady
-#: (`measure.steadiest_round` times it again). The committed GPU rows have a median range of 0.1-0.7 % per
-#: run; 48 of 8,507 rows of our kernels exceed 3 %, 10 of them in the first minutes of one run; timed
-#: again, its six fwd+bwd rows had 0.2-0.6 % and two of its forward rows stayed unsteady
-#: (results/h200/holdout-uneven-masked-9x128-again).
-MAX_SPREAD = 0.03
+from tflabench.schema import COLUMNS, EARLIER_COLUMNS, MAX_SPREAD
 
 RESULTS_FILE = "results.csv"
 META_FILE = "meta.json"
 LOG_DIR = "logs"
-
 
 
 def now_iso() -> str:
