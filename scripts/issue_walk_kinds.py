@@ -1,7 +1,8 @@
 """The calibration's issue walk (`calibrate_blocks.measure_issue`) timed with other walk kinds on this GPU:
 seconds per warp instruction at 1, 2, 4 and 6 programs per SM (fewer where the walk's registers allow fewer
-resident), for the state recurrence's step (the calibration's) and the fused forward's chunk steps. Writes
-the levels per walk to a JSON file (GPU):
+resident), for the state recurrence's step (the calibration's), the fused forward's chunk steps and a loop
+of the intra-chunk gradient kernels' form (`calibrate_blocks._gradient_walk_kernel`: two independent
+products per trip into a carried accumulator). Writes the levels per walk to a JSON file (GPU):
 
     python scripts/issue_walk_kinds.py $OUT/issue-kinds.json
 """
@@ -14,7 +15,8 @@ from tflabench.analysis import calibrate_blocks
 
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the walks timed
 WALKS = (("state", 64, 64, 64, 4, 2), ("fused", 64, 64, 64, 4, 2), ("fused_exp", 64, 64, 64, 4, 2),
-         ("fused", 64, 64, 128, 4, 2))
+         ("fused", 64, 64, 128, 4, 2), ("gradient", 64, 64, 128, 4, 2), ("gradient", 64, 64, 64, 4, 2),
+         ("gradient", 64, 128, 128, 4, 2))
 
 
 def main(path: str) -> None:

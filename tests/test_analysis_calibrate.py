@@ -2,6 +2,7 @@
 every building-block code path under the interpreter, the figures stored beside the ceilings."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -216,6 +217,31 @@ def test_the_walk_microbenchmark_computes_the_recurrence_it_times(kind):
     assert out.item() == pytest.approx(state.sum().item(), rel=1e-4)
     if last_h is not None:
         torch.testing.assert_close(h[0].double(), last_h, rtol=1e-4, atol=1e-5)
+
+
+def test_the_gradient_walk_computes_the_loop_it_times():
+    """`_gradient_walk_kernel` (interpreter, fp32): program p's accumulator is the sum over its trips of
+    (S^T * dP^T * exp(S^T)) q, S^T = k q^T, dP^T = v dh^T, with k and v of slot p and q and dh of slot
+    (p + trip) mod SLOTS; against float64."""
+    gen = torch.Generator().manual_seed(5)
+    slots, chunk, dqk, dv, steps, programs = 3, 16, 16, 32, 4, 2
+    q, k = (torch.randn(slots, chunk, dqk, generator=gen) / 8 for _ in range(2))
+    v, dh = (torch.randn(slots, chunk, dv, generator=gen) / 8 for _ in range(2))
+    out = torch.zeros(programs)
+    calibrate_blocks._gradient_walk_kernel[(programs,)](q, k, v, dh, out, steps, slots, L=chunk, DQK=dqk,
+                                                        DV=dv, NUM_STAGES=1)
+    q64, k64, v64, dh64 = (x.double() for x in (q, k, v, dh))
+    for pid in range(programs):
+        acc = torch.zeros(chunk, dqk, dtype=torch.float64)
+        for step in range(steps):
+            slot = (pid + step) % slots
+            scores_t = k64[pid % slots] @ q64[slot].T
+            acc += (scores_t * (v64[pid % slots] @ dh64[slot].T) * scores_t.exp()) @ q64[slot]
+        assert out[pid].item() == pytest.approx(acc.sum().item(), rel=1e-4)
+    sizes = replace(calibrate_blocks.BlockSizes.tiny(), issue_walk=("gradient", 16, 16, 32, 4, 1))
+    timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
+    issue = calibrate_blocks.measure_issue(sizes, calibrate_blocks.DeviceLimits.of(sizes.device), timer)
+    assert issue["walk"] == ["gradient", 16, 16, 32, 4, 1] and issue["levels"] == []  # the CPU times nothing
 
 
 def test_the_gpu_sizes_cover_the_kernels_tiles():

@@ -422,6 +422,30 @@ def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[
     return results
 
 
+@triton.jit
+def _gradient_walk_kernel(q_ptr, k_ptr, v_ptr, dh_ptr, out_ptr, STEPS, SLOTS, L: tl.constexpr,
+                          DQK: tl.constexpr, DV: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """STEPS trips of one program in the form of the intra-chunk gradient kernels' loop (the dK kernel's):
+    its key and value tiles k [L, DQK] and v [L, DV] loaded once, then per trip a query tile q [L, DQK] and
+    an output-gradient tile dh [L, DV] of one of SLOTS slots (L2-resident), the two products S^T = k q^T
+    and dP^T = v dh^T that do not wait for each other, their combination with an exp, and dS^T q added to
+    a carried [L, DQK] fp32 accumulator. Program p starts at slot p; writes the accumulator's sum to
+    out[p]."""
+    pid = tl.program_id(0)
+    k = _slot_tile(k_ptr, pid % SLOTS, L, DQK)
+    v = _slot_tile(v_ptr, pid % SLOTS, L, DV)
+    acc = tl.zeros([L, DQK], dtype=tl.float32)
+    for step in tl.range(0, STEPS, num_stages=NUM_STAGES):
+        slot = (pid + step) % SLOTS
+        q = _slot_tile(q_ptr, slot, L, DQK)
+        dh = _slot_tile(dh_ptr, slot, L, DV)
+        scores_t = tl.dot(k, tl.trans(q))
+        dp_t = tl.dot(v, tl.trans(dh))
+        ds_t = scores_t * dp_t * tl.exp(scores_t)
+        acc = tl.dot(ds_t.to(q.dtype), q, acc)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
+
+
 def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
     """Seconds per step (``step_s``) of `_walk_kernel` per (kind, L, Dqk, Dv, num_warps, num_stages) of
     `sizes.walk_shapes`, one program per SM (the SMs' programs run side by side and do not meet), cycling
@@ -444,14 +468,20 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
                  sizes: BlockSizes) -> Callable[[], object]:
     """A callable that launches `_walk_kernel` for ``walk`` (kind, L, Dqk, Dv, warps, stages) with
     ``programs`` programs of `sizes.walk_steps` steps over `sizes.walk_slots` tiles (0: programs x steps,
-    each tile read once; on the CPU two) of fresh random inputs, and returns the compiled kernel."""
+    each tile read once; on the CPU two) of fresh random inputs, and returns the compiled kernel; kind
+    ``gradient``: `_gradient_walk_kernel` (a loop of the intra-chunk gradient kernels' form, for
+    `measure_issue`; `scripts/issue_walk_kinds.py`)."""
     kind, chunk, dqk, dv, warps, stages = walk
     slots = sizes.walk_slots or programs * sizes.walk_steps if sizes.device == "cuda" else 2
     q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
     v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
+    out = torch.empty(programs, device=sizes.device)
+    if kind == "gradient":
+        dh = torch.randn(slots, chunk, dv, device=sizes.device).div(8).to(sizes.dtype)
+        return lambda: _gradient_walk_kernel[(programs,)](q, k, v, dh, out, sizes.walk_steps, slots, L=chunk,
+                                                          DQK=dqk, DV=dv, NUM_STAGES=stages, num_warps=warps)
     gate = _walk_gates(kind, slots, chunk, sizes.device)
     h = torch.empty(programs, chunk, dv, device=sizes.device)
-    out = torch.empty(programs, device=sizes.device)
 
     def launch():
         return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
