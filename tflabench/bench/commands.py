@@ -92,7 +92,9 @@ def sweep(
              "(out-q2, dv-v256, ...) or field overrides FIELD=VALUE,... (docs/sweep-toml.md#tilings).")
     ] = None,
     warmup: Annotated[int | None, typer.Option(help="Untimed calls per point (compile/autotune).")] = None,
-    repeats: Annotated[int | None, typer.Option(help="Timed calls per point (median, IQR).")] = None,
+    repeats: Annotated[int | None, typer.Option(
+        help="Timed calls per point (median, IQR); on a GPU an unsteady round (IQR above 3 % of the median) "
+             "is timed again, up to three rounds.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds per point, warm-up included.")] = None,
     check_at: Annotated[str | None, typer.Option(
         help="Size of the float64 correctness gate: small (each configuration at a small batch and "
