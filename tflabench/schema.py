@@ -42,3 +42,14 @@ EARLIER_COLUMNS = tuple(column for column in COLUMNS if column not in LATER_COLU
 #: kernels exceed 3 %, 10 of them in the first minutes of one run; timed again, its six fwd+bwd rows had
 #: 0.2-0.6 % and two of its forward rows stayed unsteady (results/h200/holdout-uneven-masked-9x128-again).
 MAX_SPREAD = 0.03
+
+
+def gpu_row_spread(row) -> float | None:
+    """Interquartile range over median of a measured GPU row of a results table (a `csv.DictReader` row of
+    text or a table row of numbers), None for any other row (not ``ok``, not on CUDA: the CPU
+    interpreter's times show that the pipeline works, not speed; no positive median). The row is unsteady
+    where it is above `MAX_SPREAD`."""
+    if row["status"] != "ok" or row["device"] != "cuda":
+        return None
+    median, q25, q75 = (float(row[column] or "nan") for column in ("time_ms", "time_ms_q25", "time_ms_q75"))
+    return (q75 - q25) / median if median > 0 else None

@@ -35,7 +35,7 @@ from tflabench.analysis.run_data import (
 )
 from tflabench.errors import InputError
 from tflabench.inputs import create_output_dir
-from tflabench.schema import MAX_SPREAD
+from tflabench.schema import MAX_SPREAD, gpu_row_spread
 
 REPORT_NAME = "report.md"
 PLOTS_DIR = "plots"
@@ -198,14 +198,14 @@ def summary_line(run: Run) -> str:
 
 def unsteady_note(table: pd.DataFrame) -> str:
     """A sentence naming the measured GPU rows whose interquartile range is above `schema.MAX_SPREAD` of
-    their median (unsteady after the harness's re-timing, or measured before it), or "" when none is."""
-    measured = table[(table["status"] == "ok") & (table["device"] == "cuda") & (table["time_ms"] > 0)]
-    spread = (measured["time_ms_q75"] - measured["time_ms_q25"]) / measured["time_ms"]
-    unsteady = measured[spread > MAX_SPREAD]
-    if unsteady.empty:
+    their median (`schema.gpu_row_spread`; unsteady after the harness's re-timing, or measured before
+    it), or "" when none is."""
+    spreads = [(row, gpu_row_spread(row) or 0.0) for _, row in table.iterrows()]
+    unsteady = [(row, spread) for row, spread in spreads if spread > MAX_SPREAD]
+    if not unsteady:
         return ""
-    labels = [f"{row.kernel} {_shape_label(row)} {row['mode']} ({spread[index]:.0%})"
-              for index, row in unsteady.head(5).iterrows()]
+    labels = [f"{row.kernel} {_shape_label(row)} {row['mode']} ({spread:.0%})"
+              for row, spread in unsteady[:5]]
     more = f" and {len(unsteady) - 5} more" if len(unsteady) > 5 else ""
     rows = "1 row" if len(unsteady) == 1 else f"{len(unsteady)} rows"
     return (f" **{rows} unsteady** (interquartile range above {MAX_SPREAD:.0%} of the median): "

@@ -28,7 +28,7 @@ from tflabench.bench.registry import KernelSpec
 from tflabench.core import SweepPoint
 from tflabench.errors import InputError
 from tflabench.provenance import command_line, git_state, software_versions
-from tflabench.schema import COLUMNS, EARLIER_COLUMNS, MAX_SPREAD
+from tflabench.schema import COLUMNS, EARLIER_COLUMNS, MAX_SPREAD, gpu_row_spread
 
 RESULTS_FILE = "results.csv"
 META_FILE = "meta.json"
@@ -320,15 +320,9 @@ def status_counts(rows: list[dict[str, str]]) -> dict[str, Counter]:
 
 def unsteady_rows(rows: list[dict[str, str]]) -> list[str]:
     """"kernel point" of the measured GPU rows whose interquartile range is above `MAX_SPREAD` of the median
-    (the CPU interpreter's times show that the pipeline works, not speed)."""
-    unsteady = []
-    for row in rows:
-        if row["status"] != "ok" or row["device"] != "cuda" or not row["time_ms"]:
-            continue
-        median, q25, q75 = (float(row[column]) for column in ("time_ms", "time_ms_q25", "time_ms_q75"))
-        if median > 0 and (q75 - q25) / median > MAX_SPREAD:
-            unsteady.append(f"{row['kernel']} {point_from_row(row).key()}")
-    return unsteady
+    (`schema.gpu_row_spread`)."""
+    return [f"{row['kernel']} {point_from_row(row).key()}" for row in rows
+            if (gpu_row_spread(row) or 0.0) > MAX_SPREAD]
 
 
 RankKey = tuple[str, str, int, int, int]
