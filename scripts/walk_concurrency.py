@@ -1,0 +1,44 @@
+"""The calibration's state walks (`calibrate_blocks._walk_kernel`, kind ``state``) with 1, 2, 3 and 4 programs
+per SM on this GPU: seconds per step of each program (the launch's seconds / its rounds of resident programs
+/ the walk's steps), beside the one-program step the calibration times (`measure_walks`). Does a program's
+step take longer when programs of the same walk share the SM, and by how much at the recurrences' tiles?
+Writes the levels per walk to a JSON file (GPU):
+
+    python scripts/walk_concurrency.py $OUT/walk-concurrency.json
+"""
+
+import dataclasses
+import json
+import math
+import sys
+
+from tflabench.analysis import calibrate_blocks
+
+#: (kind, L, Dqk, Dv, num_warps, num_stages) of the walks timed: the state recurrences' tiles at 64- and
+#: 128-row sub-chunks
+WALKS = (("state", 64, 64, 64, 4, 2), ("state", 64, 64, 128, 4, 2), ("state", 128, 64, 64, 4, 2),
+         ("state", 128, 64, 128, 4, 2))
+PROGRAMS_PER_SM = (1, 2, 3, 4)
+
+
+def main(path: str) -> None:
+    measured = {}
+    for walk in WALKS:
+        sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), issue_walk=walk,
+                                    issue_programs_per_sm=PROGRAMS_PER_SM)
+        limits = calibrate_blocks.DeviceLimits.of(sizes.device)
+        timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
+        levels = calibrate_blocks.measure_issue(sizes, limits, timer)["levels"]
+        for level in levels:
+            rounds = math.ceil(level["programs_per_sm"] / level["resident"])
+            level["step_s"] = level["seconds"] / rounds / sizes.walk_steps
+        measured["/".join(map(str, walk))] = levels
+        one = levels[0]["step_s"]
+        print(walk, [(level["programs_per_sm"], level["resident"], round(level["step_s"] * 1e9),
+                      round(level["step_s"] / one, 2)) for level in levels], flush=True)
+    with open(path, "w") as file:
+        json.dump(measured, file, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
