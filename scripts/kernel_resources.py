@@ -24,7 +24,8 @@ runs; keys `/version/tiling`), and writes them to
 `tflabench/analysis/compiled_resources.json.gz` (about an hour on two cores); the model reads registers,
 shared memory and loop spills from it (docs/performance-model.md). A head-dim pair added to
 `TABLE_HEAD_DIMS` can be compiled alone and merged into the table with `--table --head-dims 64x192`
-(repeatable): the entries a full run writes for it, in a minute or two.
+(repeatable): the entries a full run writes for it, in a minute or two; `--table --chunks 32` the same for a
+chunk size.
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
 from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
 
@@ -194,6 +195,10 @@ TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128)
                    (144, 176), (192, 160), (176, 176), (144, 288), (96, 160), (144, 192), (208, 288),
                    (112, 176), (48, 80), (208, 208))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
+#: fused_chunk's chunk sizes below xl_chunk's smallest: its backward runs the xl_chunk kernels at them
+#: (`structural.launches`), so the table holds those launches too, at today's default tiling and at the
+#: kernels versions of committed fused_chunk fwd+bwd rows (`_committed_fused_backwards`)
+FUSED_BACKWARD_CHUNKS = (16, 32)
 TABLE_PATH = structural.COMPILED_RESOURCES_PATH
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
@@ -333,19 +338,41 @@ def _committed_tilings() -> list[tuple]:
     return sorted(found)
 
 
+def _committed_fused_backwards() -> list[tuple]:
+    """(xl_chunk, variant, Dqk, Dv, chunk, version, None) of the committed fused_chunk fwd+bwd rows at
+    `FUSED_BACKWARD_CHUNKS`: the backward they ran, at their version's default tiling."""
+    from tflabench.analysis import model_check
+    from tflabench.analysis.run_data import committed_run_dirs, load_run
+    from tflabench.kernels.mlstm import tilings
+
+    found = set()
+    for run_dir in committed_run_dirs(RESULTS):
+        run = load_run(run_dir)
+        version = model_check.kernels_version(run) or tilings.KERNELS_VERSION
+        found.update(("xl_chunk", variant, dqk, dv, chunk, version, None)
+                     for algorithm, variant, dqk, dv, chunk, tiling, mode in model_check.modelled_rows(run)
+                     if algorithm == "fused_chunk" and mode == "fwdbw" and chunk in FUSED_BACKWARD_CHUNKS
+                     and tiling is None)
+    return sorted(found)
+
+
 def _table_configs() -> list[tuple]:
     """(algorithm, variant, Dqk, Dv, chunk, version, tiling) of every table entry: today's default tiling of
     each configuration, each former version's (`tilings.FORMER_DEFAULTS`, the kernels of the committed
-    runs) and each tiling of a committed row (`_committed_tilings`) where it is another tiling."""
+    runs), fused_chunk's backward below xl_chunk's chunk sizes (`FUSED_BACKWARD_CHUNKS`) and each tiling of
+    a committed row (`_committed_tilings`) where it is another tiling."""
     from tflabench.kernels.mlstm import tilings
 
     defaults = [(algorithm, variant, dqk, dv, chunk, version, None)
                 for algorithm, chunks in TABLE_CHUNKS.items()
                 for variant, (dqk, dv), chunk in itertools.product(("sig", "exp"), TABLE_HEAD_DIMS, chunks)
                 for version in (None, *tilings.FORMER_DEFAULTS)]
+    fused_backwards = [("xl_chunk", variant, dqk, dv, chunk, None, None)
+                       for variant, (dqk, dv), chunk in itertools.product(("sig", "exp"), TABLE_HEAD_DIMS,
+                                                                          FUSED_BACKWARD_CHUNKS)]
     seen: dict[tuple, list] = {}
     configs = []
-    for config in [*defaults, *_committed_tilings()]:
+    for config in [*defaults, *fused_backwards, *_committed_fused_backwards(), *_committed_tilings()]:
         try:
             tiling = _table_tiling(*config)
         except InputError:  # a committed tiling the kernels no longer have
@@ -357,20 +384,23 @@ def _table_configs() -> list[tuple]:
     return configs
 
 
-def write_table(path: Path = TABLE_PATH, head_dims: set[tuple[int, int]] | None = None) -> None:
+def write_table(path: Path = TABLE_PATH, head_dims: set[tuple[int, int]] | None = None,
+                chunks: set[int] | None = None) -> None:
     """Compile every configuration of `_table_configs` and write the table as gzipped JSON; with
-    ``head_dims``, compile only the configurations at those (Dqk, Dv) pairs and replace their entries in the
-    table, keeping the others (what a full run writes for them)."""
+    ``head_dims`` or ``chunks``, compile only the configurations at those (Dqk, Dv) pairs and chunk sizes
+    and replace their entries in the table, keeping the others (what a full run writes for them)."""
     selected = _selected_head_dims(head_dims)
-    configs = [config for config in _table_configs() if config[2:4] in selected]
+    configs = [config for config in _table_configs()
+               if config[2:4] in selected and (chunks is None or config[4] in chunks)]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_table_entry_or_none, configs)
     entries = {_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
                if entry is not None}
-    if os.path.exists(path):  # the reference's entries (`--reference-table`), and the other head dims' kept
+    partial = head_dims is not None or chunks is not None
+    if os.path.exists(path):  # the reference's entries (`--reference-table`), and the others of a partial run
         kept = structural.read_compiled_resources(path)["entries"]
         entries.update({key: entry for key, entry in kept.items()
-                        if key.startswith("reference/") or (head_dims is not None and key not in entries)})
+                        if key.startswith("reference/") or (partial and key not in entries)})
     _write_table(path, {"target": f"sm_{HOPPER.arch}", "triton": triton.__version__,
                         "command": "python scripts/kernel_resources.py --table", "entries": entries})
 
@@ -419,10 +449,16 @@ def main() -> None:
     parser.add_argument("--head-dims", action="append", type=_head_dims, metavar="DQKxDV",
                         help="with --table or --reference-table: compile only this pair of the table's head "
                              "dims (repeatable) and merge it into the table, e.g. 64x192")
+    parser.add_argument("--chunks", action="append", type=int, metavar="L",
+                        help="with --table: compile only this chunk size (repeatable) and merge it into the "
+                             "table, e.g. 32")
     args = parser.parse_args()
-    if args.table or args.reference_table:
-        head_dims = set(args.head_dims) if args.head_dims else None
-        (write_table if args.table else write_reference_table)(head_dims=head_dims)
+    head_dims = set(args.head_dims) if args.head_dims else None
+    if args.table:
+        write_table(head_dims=head_dims, chunks=set(args.chunks) if args.chunks else None)
+        return
+    if args.reference_table:
+        write_reference_table(head_dims=head_dims)
         return
     print(f"{'kernel':<26}{'warps':>6}{'stages':>7}{'shared KB':>10}{'regs':>6}{'local B':>8}{'stack B':>8}"
           f"{'instr':>7}{'loop':>6}{'programs':>9}{'/SM':>6}")

@@ -354,6 +354,16 @@ def test_the_reference_is_modelled_from_its_launches():
                if launch.name in structural.REFERENCE_KERNELS)
 
 
+@pytest.mark.parametrize("chunk", [16, 32])
+def test_the_fused_forwards_backward_at_short_chunks_has_compiled_resources(chunk):
+    """fused_chunk's fwd+bwd at L = 16 and 32 runs the xl_chunk backward kernels at that chunk size: the
+    compiled table holds them (`scripts/kernel_resources.py`, FUSED_BACKWARD_CHUNKS), so every launch of
+    our kernels gets registers, occupancy and instruction counts, not the rule."""
+    problem = structural.Problem(8, 8192, 16, 48, 80, mode="fwdbw")
+    launch_list = structural.launches(problem, "fused_chunk", chunk)
+    assert [launch.name for launch in launch_list if launch.kernel and launch.compiled is None] == []
+
+
 def test_a_launch_runs_the_warps_it_was_compiled_with(rates):
     """At Dqk 32 the reference's launchers run 2 warps per program where its modelled tiling has 4: the
     launches take the compiled warps, and with them the occupancy of 255 registers at 64 threads."""

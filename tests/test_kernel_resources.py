@@ -169,3 +169,30 @@ def test_a_partial_table_replaces_only_the_chosen_head_dims(kernel_resources_mod
                        "fused_chunk/sig/64x64/L16": {"old": 2}, "reference/sig/32x32/L64": {"old": 3}}
     with pytest.raises(kr.InputError, match="7x7 are not in TABLE_HEAD_DIMS"):
         kr.write_table(path, head_dims={(7, 7)})
+
+
+def test_a_partial_table_replaces_only_the_chosen_chunk_sizes(kernel_resources_module, monkeypatch, tmp_path):
+    """`--table --chunks 32` compiles the configurations at L = 32 alone and keeps every other entry."""
+    kr = kernel_resources_module
+    configs = [("xl_chunk", "sig", 32, 32, 32, None, None), ("xl_chunk", "sig", 32, 32, 64, None, None)]
+    monkeypatch.setattr(kr, "_table_configs", lambda: configs)
+    monkeypatch.setattr(kr, "_table_entry_or_none", lambda *config: {"compiled": config[4]})
+    monkeypatch.setattr(kr.multiprocessing, "Pool", _InlinePool)
+    path = tmp_path / "table.json.gz"
+    old = {"xl_chunk/sig/32x32/L32": {"old": 1}, "xl_chunk/sig/32x32/L64": {"old": 2}}
+    kr._write_table(path, {"entries": old})
+    kr.write_table(path, chunks={32})
+    assert kr.structural.read_compiled_resources(path)["entries"] == {
+        "xl_chunk/sig/32x32/L32": {"compiled": 32}, "xl_chunk/sig/32x32/L64": {"old": 2}}
+
+
+def test_the_table_holds_fused_chunks_backward_below_xl_chunks_chunk_sizes(kernel_resources_module):
+    """fused_chunk's backward at L = 16 and 32 runs the xl_chunk kernels there: the table compiles them at
+    today's default tiling for every head-dim pair, so the model's fwd+bwd rows at those chunk sizes get
+    compiled resources (`structural.launches` looks them up as xl_chunk entries)."""
+    kr = kernel_resources_module
+    configs = kr._table_configs()
+    for chunk in kr.FUSED_BACKWARD_CHUNKS:
+        assert chunk < min(kr.TABLE_CHUNKS["xl_chunk"])
+        assert {config[2:4] for config in configs if config[0] == "xl_chunk" and config[4] == chunk
+                and config[5] is None and config[6] is None} == set(kr.TABLE_HEAD_DIMS)

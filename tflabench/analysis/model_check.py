@@ -132,20 +132,27 @@ def row_tiling(version: str | None, variant: str, tiling: str | None,
     return fields or None
 
 
-def tiled_rows(run: Run) -> set[tuple[str, str, int, int, int, str]]:
-    """(algorithm, variant, Dqk, Dv, chunk, tiling) of the run's ``ok`` rows of our kernels that ran a
-    tiling other than the default (A/B runs), the algorithm as the model takes it."""
+def modelled_rows(run: Run) -> set[tuple[str, str, int, int, int, str | None, str]]:
+    """(algorithm, variant, Dqk, Dv, chunk, tiling, mode) of the run's ``ok`` rows of our kernels, the
+    algorithm as the model takes it and the tiling text None where the row ran the default."""
     found = set()
     for _, row in run.table[run.table["status"] == "ok"].iterrows():
         params = _row_params(row)
         modelled = modelled_algorithm(str(row["kernel"]), params)
         chunk = _row_chunk(row, params)
-        tiling = params.get("tiling")
-        if modelled is None or chunk is None or not isinstance(tiling, str) or modelled[1] == "reference":
+        if modelled is None or chunk is None or modelled[1] == "reference":
             continue
         variant, algorithm = modelled
-        found.add((algorithm, variant, int(row["head_dim_qk"]), int(row["head_dim_v"]), chunk, tiling))
+        tiling = params.get("tiling")
+        found.add((algorithm, variant, int(row["head_dim_qk"]), int(row["head_dim_v"]), chunk,
+                   tiling if isinstance(tiling, str) else None, str(row["mode"])))
     return found
+
+
+def tiled_rows(run: Run) -> set[tuple[str, str, int, int, int, str]]:
+    """(algorithm, variant, Dqk, Dv, chunk, tiling) of the run's ``ok`` rows of our kernels that ran a
+    tiling other than the default (A/B runs), the algorithm as the model takes it."""
+    return {row[:6] for row in modelled_rows(run) if row[5] is not None}
 
 
 def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
