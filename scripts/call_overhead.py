@@ -4,7 +4,9 @@ then the call between two CUDA events) includes the CPU's pace, and its rounds a
 
 Per chunk size three figures, medians over ``--calls`` calls after a warm-up, in microseconds:
 ``cpu_us`` the wall time of issuing one call (no synchronization: the launcher's Python and the launches);
-``harness_us`` the harness's timing; ``queued_us`` the same call timed between CUDA events while the GPU is
+``harness_us`` the harness's timing (and ``harness_spread``, its interquartile range over its median),
+``harness_nvml_us`` / ``harness_nvml_spread`` the same with the harness's NVML sampler running beside it, as a
+sweep's worker runs it; ``queued_us`` the same call timed between CUDA events while the GPU is
 held busy by a sleep kernel queued before it, so that all of the call's launches are queued before the GPU
 reaches them (the GPU's own time of the call). Writes the rows to a JSON file:
 
@@ -24,6 +26,7 @@ from profile_forward import make_inputs
 
 from tflabench.bench import measure
 from tflabench.kernels import mlstm
+from tflabench.nvml import NvmlSampler
 
 #: GPU cycles of the sleep queued before a call in ``queued_us`` (about 5 ms at 1.98 GHz: longer than any
 #: call's launches take the CPU)
@@ -85,8 +88,13 @@ def main() -> None:
             return mlstm(*inputs, variant=args.variant, algorithm="xl_chunk", chunk_size=chunk)
         for _ in range(10):
             call()
-        harness = statistics.median(measure.time_calls_cuda(_Step(call), args.calls)) * 1e3
-        row = {"chunk_size": chunk, "cpu_us": cpu_us(call, args.calls), "harness_us": harness,
+        harness = measure.time_calls_cuda(_Step(call), args.calls)
+        with NvmlSampler():
+            sampled = measure.time_calls_cuda(_Step(call), args.calls)
+        row = {"chunk_size": chunk, "cpu_us": cpu_us(call, args.calls),
+               "harness_us": statistics.median(harness) * 1e3, "harness_spread": measure.spread(harness),
+               "harness_nvml_us": statistics.median(sampled) * 1e3,
+               "harness_nvml_spread": measure.spread(sampled),
                "queued_us": queued_us(call, args.calls)}
         rows.append(row)
         print(vars(args) | row, flush=True)
