@@ -26,7 +26,7 @@ def merged(tmp_path_factory) -> Path:
 def test_the_merged_run_has_every_row_and_the_provenance_of_each_run(merged):
     rows = read_rows(merged / "results.csv")
     sources = read_rows(H100 / "results.csv") + read_rows(H200 / "results.csv")
-    assert rows == [{**row, "timing_rounds": ""} for row in sources]  # tables older than the column
+    assert rows == [{**row, "timing_rounds": "", "issue_cpu_ms": ""} for row in sources]  # older tables
     meta = json.loads((merged / "meta.json").read_text())
     assert meta["run"] == "h100-h200" and meta["finished"]
     assert [source["meta"]["run"] for source in meta["merged"]] == ["h100-paper", "h200-small"]

@@ -230,3 +230,17 @@ def test_the_summary_names_unsteady_gpu_rows():
     assert note == (" **1 row unsteady** (interquartile range above 3% of the median): "
                     "k 2×64 T=8k B=8 L=64 fwd (10%).")
     assert report.unsteady_note(pd.DataFrame(rows[1:])) == ""
+
+
+def test_the_summary_names_gpu_rows_bound_by_the_launchers_cpu_time():
+    """Rows whose CPU time of issuing a call is at least 90 % of their time are named with both; rows
+    below it, without the column (NaN: written before it) or on the CPU interpreter are not."""
+    shape = dict(kernel="k", heads=2, head_dim_qk=64, head_dim_v=64, seq_len=8192, batch=8, chunk_size=64,
+                 mode="fwd", status="ok", time_ms=0.6, time_ms_q25=0.599, time_ms_q75=0.601)
+    rows = [dict(shape, device="cuda", issue_cpu_ms=0.58), dict(shape, device="cuda", issue_cpu_ms=0.3),
+            dict(shape, device="cuda", issue_cpu_ms=float("nan")),
+            dict(shape, device="cpu-interpreter", issue_cpu_ms=0.6)]
+    note = report.launch_bound_note(pd.DataFrame(rows))
+    assert note == (" **1 row near the launcher's pace** (issuing a call took at least 90% of its "
+                    "time): k 2×64 T=8k B=8 L=64 fwd (0.580 of 0.600 ms).")
+    assert report.launch_bound_note(pd.DataFrame(rows[1:])) == ""

@@ -12,6 +12,7 @@ from tflabench.bench.registry import Availability, KernelSpec
 from tflabench.bench.results import (
     ResultsWriter,
     finished_keys,
+    launch_bound_rows,
     make_row,
     new_meta,
     rankings,
@@ -60,21 +61,24 @@ def test_rows_are_appended_after_one_header_and_a_half_written_line_is_cut(tmp_p
     }
 
 
-def test_a_table_written_before_the_later_columns_is_continued_with_them_appended(tmp_path):
-    """A run resumed from a table of `EARLIER_COLUMNS` keeps its rows, the later columns empty in them."""
+@pytest.mark.parametrize("header", [EARLIER_COLUMNS, COLUMNS[:-1]], ids=["before-both", "before-issue-cpu"])
+def test_a_table_written_before_the_later_columns_is_continued_with_them_appended(tmp_path, header):
+    """A run resumed from a table of an earlier version's columns (without `LATER_COLUMNS`, or without the
+    last of them) keeps its rows, the later columns empty in them."""
     path = tmp_path / "results.csv"
-    earlier = {column: value for column, value in row().items() if column in EARLIER_COLUMNS}
+    earlier = {column: value for column, value in row().items() if column in header}
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=EARLIER_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
         writer.writeheader()
         writer.writerow(earlier)
     with ResultsWriter(path) as results:
-        results.write({**row(point=SweepPoint(1, 64, 2, 16, 16, 16)), "timing_rounds": 2})
+        later = {"timing_rounds": 2, "issue_cpu_ms": 0.5}
+        results.write({**row(point=SweepPoint(1, 64, 2, 16, 16, 16)), **later})
     first, second = read_rows(path)
     assert path.read_text().splitlines()[0] == ",".join(COLUMNS)
-    assert list(first) == list(COLUMNS) and first["timing_rounds"] == ""
+    assert list(first) == list(COLUMNS) and first["issue_cpu_ms"] == ""
     assert first["time_ms"] == second["time_ms"] == "4.39" and second["timing_rounds"] == "2"
-    assert run_data.load_run(path).table["timing_rounds"].isna().tolist() == [True, False]
+    assert run_data.load_run(path).table["issue_cpu_ms"].isna().tolist() == [True, False]
 
 
 def test_a_results_file_with_other_columns_is_refused(tmp_path):
@@ -169,6 +173,17 @@ def test_rows_whose_interquartile_range_is_above_the_limit_are_unsteady(tmp_path
             writer.write({**row(kernel(name), time_ms=2.0), "time_ms_q25": q25, "time_ms_q75": q75})
         writer.write(row(kernel("crashed.kernel"), status="crash"))
     assert unsteady_rows(read_rows(path)) == [f"unsteady.kernel {FIG4_POINT.key()}"]
+
+
+def test_rows_whose_cpu_time_of_issuing_a_call_reaches_their_time_are_launch_bound(tmp_path):
+    """A GPU row whose median CPU time of issuing a call is at least 90 % of its time is named; one at 80 %,
+    one without the column (written before it) and one not measured are not."""
+    path = tmp_path / "results.csv"
+    with ResultsWriter(path) as writer:
+        for name, issue in (("bound.kernel", 1.9), ("free.kernel", 1.6), ("older.kernel", None)):
+            writer.write({**row(kernel(name), time_ms=2.0), "issue_cpu_ms": issue})
+        writer.write({**row(kernel("crashed.kernel"), status="crash"), "issue_cpu_ms": 5.0})
+    assert launch_bound_rows(read_rows(path)) == [f"bound.kernel {FIG4_POINT.key()}"]
 
 
 def test_meta_commit_from_the_environment_wins_over_the_checkout(monkeypatch):

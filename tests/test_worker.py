@@ -10,6 +10,7 @@ from tflabench import nvml
 from tflabench.bench.measure import (
     MeasureSettings,
     ReferenceGate,
+    TimedRound,
     check_dtype,
     measure_point,
     spread,
@@ -60,6 +61,7 @@ def test_measure_point_times_forward_and_backward_on_cpu():
         result = measure_point(spec, point, "cpu-interpreter", settings, ReferenceGate("cpu-interpreter"))
         assert result["status"] == "ok" and result["repeats"] == 5 and result["peak_mem_mib"] is None
         assert result["timing_rounds"] == 1  # the interpreter's times are not re-timed
+        assert result["issue_cpu_ms"] is None  # nor is a CPU time of issuing a call kept apart
         assert 0 < result["time_ms_q25"] <= result["time_ms"] <= result["time_ms_q75"]
         assert result["warmup_s"] > 0 and result["check_rel_error"] == 0.0
     assert calls == [False] * 7 + [True] * 7
@@ -96,9 +98,9 @@ WIDER = [1.00, 1.50, 1.00, 1.60, 1.10]  # spread 0.5
     ([[x * 2000 for x in DISTURBED]], 3, [x * 2000 for x in DISTURBED], 1),  # 11.2 s: not timed again
 ])
 def test_an_unsteady_round_is_timed_again_and_the_steadiest_kept(rounds_timed, limit, kept, count):
-    queue = list(rounds_timed)
-    times, timed = steadiest_round(lambda: queue.pop(0), limit)
-    assert (times, timed) == (kept, count)
+    queue = [TimedRound(times) for times in rounds_timed]
+    round_, timed = steadiest_round(lambda: queue.pop(0), limit)
+    assert (round_.times_ms, timed) == (kept, count)
     assert not queue
 
 

@@ -28,13 +28,20 @@ COLUMNS = (
     "model_ms_additive", "model_ms_overlap",
     "sm_clock_mhz", "mem_clock_mhz", "temp_c_max", "power_w",
     "params", "timestamp",
-    "timing_rounds",
+    "timing_rounds", "issue_cpu_ms",
 )
 
-#: columns appended after runs had been committed without them: a table that lacks one reads with it empty
-LATER_COLUMNS = ("timing_rounds",)
+#: columns appended after runs had been committed without them, in the order they were appended: a table
+#: that lacks one reads with it empty
+LATER_COLUMNS = ("timing_rounds", "issue_cpu_ms")
 #: the columns of the tables written before `LATER_COLUMNS`
 EARLIER_COLUMNS = tuple(column for column in COLUMNS if column not in LATER_COLUMNS)
+
+
+def known_header(header) -> bool:
+    """Whether a results table's header is today's `COLUMNS` or an earlier version's: `COLUMNS` without the
+    last one or more of `LATER_COLUMNS`."""
+    return any(tuple(header) == COLUMNS[:len(COLUMNS) - dropped] for dropped in range(len(LATER_COLUMNS) + 1))
 
 #: A round of timed calls whose interquartile range is above this fraction of its median is unsteady
 #: (`bench.measure.steadiest_round` times it again; the sweep summary and the report list the rows still
@@ -53,3 +60,23 @@ def gpu_row_spread(row) -> float | None:
         return None
     median, q25, q75 = (float(row[column] or "nan") for column in ("time_ms", "time_ms_q25", "time_ms_q75"))
     return (q75 - q25) / median if median > 0 else None
+
+
+#: A measured GPU row is near the launcher's pace where the CPU time of issuing one call (`issue_cpu_ms`:
+#: the kernel's Python and its launches, no synchronization) is at least this fraction of the row's time:
+#: a slower moment of the CPU then makes the GPU wait inside the timed region, and the row times the CPU,
+#: not the kernels (the L2 flush queued before each call gives the CPU a head start of the flush's GPU
+#: time, about a tenth of a 0.6 ms call on an H200). At 16 x 64/128, L = 64 and 128, issuing a call took
+#: 260-650 us on different H200 machines against 505-610 us of GPU time; of the rows whose CPU time was at
+#: least 90 % of their GPU time three of five had spreads of 1-6 %, the others 0.2-0.4 %
+#: (results/h200/call-overhead).
+LAUNCH_BOUND = 0.9
+
+
+def launch_bound(row) -> bool:
+    """Whether a measured GPU row (as for `gpu_row_spread`) took the CPU at least `LAUNCH_BOUND` of its time
+    to issue a call; False for rows without the column (tables written before it)."""
+    if gpu_row_spread(row) is None:
+        return False
+    issue, median = (float(row[column] or "nan") for column in ("issue_cpu_ms", "time_ms"))
+    return issue >= LAUNCH_BOUND * median

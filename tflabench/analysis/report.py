@@ -35,7 +35,7 @@ from tflabench.analysis.run_data import (
 )
 from tflabench.errors import InputError
 from tflabench.inputs import create_output_dir
-from tflabench.schema import MAX_SPREAD, gpu_row_spread
+from tflabench.schema import LAUNCH_BOUND, MAX_SPREAD, gpu_row_spread, launch_bound
 
 REPORT_NAME = "report.md"
 PLOTS_DIR = "plots"
@@ -192,7 +192,7 @@ def summary_line(run: Run) -> str:
     return (
         (note if unfinished else "")
         + f"{len(run.table)} rows, {kernels} kernels, device {device_label(run.table)}. "
-        f"Status counts: {status_text}." + unsteady_note(run.table)
+        f"Status counts: {status_text}." + unsteady_note(run.table) + launch_bound_note(run.table)
     )
 
 
@@ -201,15 +201,28 @@ def unsteady_note(table: pd.DataFrame) -> str:
     their median (`schema.gpu_row_spread`; unsteady after the harness's re-timing, or measured before
     it), or "" when none is."""
     spreads = [(row, gpu_row_spread(row) or 0.0) for _, row in table.iterrows()]
-    unsteady = [(row, spread) for row, spread in spreads if spread > MAX_SPREAD]
-    if not unsteady:
-        return ""
     labels = [f"{row.kernel} {_shape_label(row)} {row['mode']} ({spread:.0%})"
-              for row, spread in unsteady[:5]]
-    more = f" and {len(unsteady) - 5} more" if len(unsteady) > 5 else ""
-    rows = "1 row" if len(unsteady) == 1 else f"{len(unsteady)} rows"
-    return (f" **{rows} unsteady** (interquartile range above {MAX_SPREAD:.0%} of the median): "
-            + "; ".join(labels) + more + ".")
+              for row, spread in spreads if spread > MAX_SPREAD]
+    return _rows_note(labels, "unsteady", f"interquartile range above {MAX_SPREAD:.0%} of the median")
+
+
+def launch_bound_note(table: pd.DataFrame) -> str:
+    """A sentence naming the measured GPU rows near the launcher's pace (`schema.launch_bound`: issuing a
+    call takes the CPU nearly the call's time, so the row may time the CPU, not the kernels), or "" when none
+    is."""
+    labels = [f"{row.kernel} {_shape_label(row)} {row['mode']} ({row.issue_cpu_ms:.3f} of {row.time_ms:.3f} "
+              "ms)" for _, row in table.iterrows() if launch_bound(row)]
+    return _rows_note(labels, "near the launcher's pace",
+                      f"issuing a call took at least {LAUNCH_BOUND:.0%} of its time")
+
+
+def _rows_note(labels: list[str], what: str, why: str) -> str:
+    """" **N rows WHAT** (WHY): " and the first five labels and how many more, or "" without labels."""
+    if not labels:
+        return ""
+    more = f" and {len(labels) - 5} more" if len(labels) > 5 else ""
+    rows = "1 row" if len(labels) == 1 else f"{len(labels)} rows"
+    return f" **{rows} {what}** ({why}): " + "; ".join(labels[:5]) + more + "."
 
 
 def _cell(text: object) -> str:

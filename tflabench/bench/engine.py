@@ -240,14 +240,16 @@ def _print_summary(rows: list[dict[str, str]], run_dir: Path, left: int) -> None
     problems = _problem_table(rows)
     if problems.row_count:
         console.print(problems)
-    from tflabench.bench.results import unsteady_rows
-    from tflabench.schema import MAX_SPREAD
+    from tflabench.bench.results import launch_bound_rows, unsteady_rows
+    from tflabench.schema import LAUNCH_BOUND, MAX_SPREAD
 
-    unsteady = unsteady_rows(rows)
-    if unsteady:
-        listed = ", ".join(unsteady[:5]) + (" ..." if len(unsteady) > 5 else "")
-        console.print(f"{len(unsteady)} rows unsteady after re-timing (interquartile range above "
-                      f"{MAX_SPREAD:.0%} of the median): {listed}")
+    for named, what in ((unsteady_rows(rows), f"unsteady after re-timing (interquartile range above "
+                                              f"{MAX_SPREAD:.0%} of the median)"),
+                        (launch_bound_rows(rows), f"near the launcher's pace (issuing a call took at "
+                                                  f"least {LAUNCH_BOUND:.0%} of its time)")):
+        if named:
+            listed = ", ".join(named[:5]) + (" ..." if len(named) > 5 else "")
+            console.print(f"{len(named)} rows {what}: {listed}")
     console.print(f"results: {run_dir}")
     if left:
         console.print(f"budget reached: {left} points left; run the same command with --resume to continue")

@@ -12,8 +12,9 @@ of docs/reference/peers.md#pitfalls-of-the-reference-harness):
    flush the L2, gradients set to None between calls outside the timed region, the allocator kept warm
    (no ``empty_cache``); on the CPU interpreter ``time.perf_counter``. Median and interquartile range.
    On CUDA a round of timed calls whose interquartile range exceeds `MAX_SPREAD` of its median is timed
-   again, up to `TIMING_ROUNDS` rounds, and the steadiest round is kept (`steadiest_round`). NVML samples
-   clocks, temperature and power meanwhile;
+   again, up to `TIMING_ROUNDS` rounds, and the steadiest round is kept (`steadiest_round`), with the median
+   CPU time of issuing a call (``issue_cpu_ms``: where it nears the call's time, the row may time the CPU,
+   `schema.launch_bound`). NVML samples clocks, temperature and power meanwhile;
 5. peak memory in a separate call: ``max_memory_allocated`` after ``reset_peak_memory_stats`` minus
    the memory allocated before the call (inputs, flush buffer and upstream gradient excluded). Empty on CPU.
 """
@@ -92,15 +93,25 @@ def spread(times_ms: list[float]) -> float:
     return (q75 - q25) / median if median > 0 else 0.0
 
 
-def steadiest_round(time_round: Callable[[], list[float]], rounds: int) -> tuple[list[float], int]:
+@dataclass(frozen=True)
+class TimedRound:
+    """One round of timed calls: each call's time in ms and, on CUDA, the CPU time in ms it took to issue
+    the call (the kernel's Python and its launches, no synchronization; None on the CPU interpreter)."""
+
+    times_ms: list[float]
+    issue_ms: list[float] | None = None
+
+
+def steadiest_round(time_round: Callable[[], TimedRound], rounds: int) -> tuple[TimedRound, int]:
     """Time rounds (``time_round``) until one has a `spread` of at most `MAX_SPREAD`, ``rounds`` were timed
     or a round took more than `RETIME_ROUND_MS`; returns the round of the smallest spread and the number of
     rounds timed. A disturbance of a few calls (another process, a clock change) widens one round; a kernel
     whose times are spread by nature stays spread, and its row shows it."""
     timed = [time_round()]
-    while spread(timed[-1]) > MAX_SPREAD and len(timed) < rounds and sum(timed[-1]) <= RETIME_ROUND_MS:
+    while (spread(timed[-1].times_ms) > MAX_SPREAD and len(timed) < rounds
+           and sum(timed[-1].times_ms) <= RETIME_ROUND_MS):
         timed.append(time_round())
-    return min(timed, key=spread), len(timed)
+    return min(timed, key=lambda round_: spread(round_.times_ms)), len(timed)
 
 
 class KernelStep:
@@ -159,22 +170,26 @@ def _l2_flush_buffer() -> torch.Tensor:
     return _flush_buffer
 
 
-def time_calls_cuda(step: KernelStep, repeats: int) -> list[float]:
-    """Per-call times in ms from CUDA events, the L2 flushed before every call."""
+def time_calls_cuda(step: KernelStep, repeats: int) -> TimedRound:
+    """Per-call times in ms from CUDA events, the L2 flushed before every call, and the CPU time of issuing
+    each call (`schema.launch_bound`: where it nears the call's time, the row may time the CPU)."""
     flush = _l2_flush_buffer()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    issue_ms = []
     for start, end in zip(starts, ends, strict=True):
         step.reset()
         flush.zero_()
         start.record()
+        issued = time.perf_counter()
         step()
+        issue_ms.append((time.perf_counter() - issued) * 1e3)
         end.record()
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
+    return TimedRound([start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)], issue_ms)
 
 
-def time_calls_cpu(step: KernelStep, repeats: int) -> list[float]:
+def time_calls_cpu(step: KernelStep, repeats: int) -> TimedRound:
     """Per-call wall times in ms (CPU tensors, Triton interpreter)."""
     times = []
     for _ in range(repeats):
@@ -182,7 +197,7 @@ def time_calls_cpu(step: KernelStep, repeats: int) -> list[float]:
         start = time.perf_counter()
         step()
         times.append((time.perf_counter() - start) * 1e3)
-    return times
+    return TimedRound(times)
 
 
 def peak_memory_mib(step: KernelStep) -> float:
@@ -249,9 +264,10 @@ def measure_point(spec: KernelSpec, point: SweepPoint, device: str, settings: Me
     time_calls = time_calls_cuda if device == CUDA else time_calls_cpu
     rounds = TIMING_ROUNDS if device == CUDA else 1
     with NvmlSampler() as sampler:
-        times, timed = steadiest_round(lambda: time_calls(step, settings.repeats), rounds)
-    median, q25, q75 = summarize_times(times)
+        kept, timed = steadiest_round(lambda: time_calls(step, settings.repeats), rounds)
+    median, q25, q75 = summarize_times(kept.times_ms)
+    issue = statistics.median(kept.issue_ms) if kept.issue_ms else None
     peak = peak_memory_mib(step) if device == CUDA else None
     return {**measured, "status": "ok", "reason": "", "time_ms": median, "time_ms_q25": q25,
-            "time_ms_q75": q75, "repeats": len(times), "timing_rounds": timed, "peak_mem_mib": peak,
-            **sampler.summary()}
+            "time_ms_q75": q75, "repeats": len(kept.times_ms), "timing_rounds": timed, "issue_cpu_ms": issue,
+            "peak_mem_mib": peak, **sampler.summary()}

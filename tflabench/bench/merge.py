@@ -24,7 +24,7 @@ from tflabench.bench.results import (
 )
 from tflabench.errors import InputError
 from tflabench.provenance import command_line
-from tflabench.schema import COLUMNS, EARLIER_COLUMNS
+from tflabench.schema import known_header
 
 
 def merge_runs(sources: list[Path], out: Path) -> int:
@@ -50,7 +50,7 @@ def _rows_of(source: Path) -> list[dict[str, str]]:
     if not path.is_file():
         raise InputError(f"{str(source)!r} is not a run directory (no {RESULTS_FILE})")
     rows = read_rows(path)
-    if rows and tuple(rows[0]) not in (COLUMNS, EARLIER_COLUMNS):
+    if rows and not known_header(rows[0]):
         raise InputError(f"{path} has other columns than this version writes; it cannot be merged")
     return rows
 

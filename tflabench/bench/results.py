@@ -28,7 +28,7 @@ from tflabench.bench.registry import KernelSpec
 from tflabench.core import SweepPoint
 from tflabench.errors import InputError
 from tflabench.provenance import command_line, git_state, software_versions
-from tflabench.schema import COLUMNS, EARLIER_COLUMNS, MAX_SPREAD, gpu_row_spread
+from tflabench.schema import COLUMNS, MAX_SPREAD, gpu_row_spread, known_header, launch_bound
 
 RESULTS_FILE = "results.csv"
 META_FILE = "meta.json"
@@ -91,13 +91,13 @@ class ResultsWriter:
 
 
 def _check_header(path: Path) -> None:
-    """A table of today's columns is continued; one of `EARLIER_COLUMNS` is rewritten first with the later
-    columns appended, empty; any other refused."""
+    """A table of today's columns is continued; one of an earlier version's (`schema.known_header`) is
+    rewritten first with the later columns appended, empty; any other refused."""
     with open(path, newline="") as handle:
         header = next(csv.reader(handle), None)
     if header is None or tuple(header) == COLUMNS:
         return
-    if tuple(header) == EARLIER_COLUMNS:
+    if known_header(header):
         _write_table(path, read_rows(path))
         return
     raise InputError(f"{path} has other columns than this version writes; start a new --run-name")
@@ -323,6 +323,11 @@ def unsteady_rows(rows: list[dict[str, str]]) -> list[str]:
     (`schema.gpu_row_spread`)."""
     return [f"{row['kernel']} {point_from_row(row).key()}" for row in rows
             if (gpu_row_spread(row) or 0.0) > MAX_SPREAD]
+
+
+def launch_bound_rows(rows: list[dict[str, str]]) -> list[str]:
+    """"kernel point" of the measured GPU rows near the launcher's pace (`schema.launch_bound`)."""
+    return [f"{row['kernel']} {point_from_row(row).key()}" for row in rows if launch_bound(row)]
 
 
 RankKey = tuple[str, str, int, int, int]
