@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import gzip
 import inspect
 import itertools
@@ -321,10 +322,11 @@ def _selected_head_dims(head_dims: set[tuple[int, int]] | None) -> tuple[tuple[i
     return tuple(pair for pair in TABLE_HEAD_DIMS if pair in head_dims)
 
 
-def _committed_tilings() -> list[tuple]:
-    """(algorithm, variant, Dqk, Dv, chunk, version, tiling) of the committed rows of our kernels that ran
-    a tiling other than their version's default (`model_check.tiled_rows`; the version is today's where the
-    run does not say)."""
+@functools.cache
+def _committed_rows() -> frozenset[tuple]:
+    """(version, row) of every committed row of our kernels: ``row`` as `model_check.modelled_rows` gives it
+    (algorithm, variant, Dqk, Dv, chunk, tiling, mode), the version today's where the run does not say.
+    The committed runs are read once for `_committed_tilings` and `_committed_fused_backwards`."""
     from tflabench.analysis import model_check
     from tflabench.analysis.run_data import committed_run_dirs, load_run
     from tflabench.kernels.mlstm import tilings
@@ -333,27 +335,24 @@ def _committed_tilings() -> list[tuple]:
     for run_dir in committed_run_dirs(RESULTS):
         run = load_run(run_dir)
         version = model_check.kernels_version(run) or tilings.KERNELS_VERSION
-        found.update((*row[:5], version, row[5]) for row in model_check.tiled_rows(run)
-                     if row[0] in TABLE_CHUNKS)
-    return sorted(found)
+        found.update((version, row) for row in model_check.modelled_rows(run))
+    return frozenset(found)
+
+
+def _committed_tilings() -> list[tuple]:
+    """(algorithm, variant, Dqk, Dv, chunk, version, tiling) of the committed rows of our kernels that ran
+    a tiling other than their version's default (A/B runs)."""
+    return sorted({(*row[:5], version, row[5]) for version, row in _committed_rows()
+                   if row[5] is not None and row[0] in TABLE_CHUNKS})
 
 
 def _committed_fused_backwards() -> list[tuple]:
     """(xl_chunk, variant, Dqk, Dv, chunk, version, None) of the committed fused_chunk fwd+bwd rows at
     `FUSED_BACKWARD_CHUNKS`: the backward they ran, at their version's default tiling."""
-    from tflabench.analysis import model_check
-    from tflabench.analysis.run_data import committed_run_dirs, load_run
-    from tflabench.kernels.mlstm import tilings
-
-    found = set()
-    for run_dir in committed_run_dirs(RESULTS):
-        run = load_run(run_dir)
-        version = model_check.kernels_version(run) or tilings.KERNELS_VERSION
-        found.update(("xl_chunk", variant, dqk, dv, chunk, version, None)
-                     for algorithm, variant, dqk, dv, chunk, tiling, mode in model_check.modelled_rows(run)
-                     if algorithm == "fused_chunk" and mode == "fwdbw" and chunk in FUSED_BACKWARD_CHUNKS
-                     and tiling is None)
-    return sorted(found)
+    return sorted({("xl_chunk", variant, dqk, dv, chunk, version, None)
+                   for version, (algorithm, variant, dqk, dv, chunk, tiling, mode) in _committed_rows()
+                   if algorithm == "fused_chunk" and mode == "fwdbw" and chunk in FUSED_BACKWARD_CHUNKS
+                   and tiling is None})
 
 
 def _table_configs() -> list[tuple]:

@@ -149,12 +149,6 @@ def modelled_rows(run: Run) -> set[tuple[str, str, int, int, int, str | None, st
     return found
 
 
-def tiled_rows(run: Run) -> set[tuple[str, str, int, int, int, str]]:
-    """(algorithm, variant, Dqk, Dv, chunk, tiling) of the run's ``ok`` rows of our kernels that ran a
-    tiling other than the default (A/B runs), the algorithm as the model takes it."""
-    return {row[:6] for row in modelled_rows(run) if row[5] is not None}
-
-
 def check_rows(run: Run, rates: structural.Rates) -> list[RowCheck]:
     """Predicted vs measured for every ``ok`` row the model covers."""
     checks = []
