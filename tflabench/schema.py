@@ -34,14 +34,13 @@ COLUMNS = (
 #: columns appended after runs had been committed without them, in the order they were appended: a table
 #: that lacks one reads with it empty
 LATER_COLUMNS = ("timing_rounds", "issue_cpu_ms")
-#: the columns of the tables written before `LATER_COLUMNS`
-EARLIER_COLUMNS = tuple(column for column in COLUMNS if column not in LATER_COLUMNS)
 
 
 def known_header(header) -> bool:
     """Whether a results table's header is today's `COLUMNS` or an earlier version's: `COLUMNS` without the
     last one or more of `LATER_COLUMNS`."""
     return any(tuple(header) == COLUMNS[:len(COLUMNS) - dropped] for dropped in range(len(LATER_COLUMNS) + 1))
+
 
 #: A round of timed calls whose interquartile range is above this fraction of its median is unsteady
 #: (`bench.measure.steadiest_round` times it again; the sweep summary and the report list the rows still
@@ -51,12 +50,17 @@ def known_header(header) -> bool:
 MAX_SPREAD = 0.03
 
 
+def measured_on_gpu(row) -> bool:
+    """Whether a results-table row (a `csv.DictReader` row or a table row) was measured (``ok``) on CUDA."""
+    return row["status"] == "ok" and row["device"] == "cuda"
+
+
 def gpu_row_spread(row) -> float | None:
     """Interquartile range over median of a measured GPU row of a results table (a `csv.DictReader` row of
     text or a table row of numbers), None for any other row (not ``ok``, not on CUDA: the CPU
     interpreter's times show that the pipeline works, not speed; no positive median). The row is unsteady
     where it is above `MAX_SPREAD`."""
-    if row["status"] != "ok" or row["device"] != "cuda":
+    if not measured_on_gpu(row):
         return None
     median, q25, q75 = (float(row[column] or "nan") for column in ("time_ms", "time_ms_q25", "time_ms_q75"))
     return (q75 - q25) / median if median > 0 else None
@@ -74,9 +78,9 @@ LAUNCH_BOUND = 0.9
 
 
 def launch_bound(row) -> bool:
-    """Whether a measured GPU row (as for `gpu_row_spread`) took the CPU at least `LAUNCH_BOUND` of its time
+    """Whether a measured GPU row (`measured_on_gpu`) took the CPU at least `LAUNCH_BOUND` of its time
     to issue a call; False for rows without the column (tables written before it)."""
-    if gpu_row_spread(row) is None:
+    if not measured_on_gpu(row):
         return False
     issue, median = (float(row[column] or "nan") for column in ("issue_cpu_ms", "time_ms"))
     return issue >= LAUNCH_BOUND * median
