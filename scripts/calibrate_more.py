@@ -47,7 +47,7 @@ def main() -> None:
     dots = missing(blocks["dot"], DOT_NAME, calibrate_blocks.DOT_SHAPES) if args.dots else ()
     sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), walk_shapes=shapes, dot_shapes=dots)
     limits = calibrate_blocks.DeviceLimits.of(sizes.device)
-    timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
+    timer = calibrate_blocks.Timer.of(sizes)
     started = time.perf_counter()
     added = []
     if args.spill_loops:

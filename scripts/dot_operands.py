@@ -25,8 +25,8 @@ SLOTS = 64
 
 def measure(sizes: calibrate_blocks.BlockSizes) -> list[dict]:
     """One row per product shape: ``<placement>_full`` and ``<placement>_one`` FLOP/s."""
-    limits = calibrate_blocks.DeviceLimits.of("cuda")
-    timer = calibrate_blocks._Timer("cuda", sizes.repeats)
+    limits = calibrate_blocks.DeviceLimits.of(sizes.device)
+    timer = calibrate_blocks.Timer.of(sizes)
     grids = dict(zip(("full", "one"), calibrate_blocks._grid_programs(sizes, limits), strict=True))
     rows = []
     for m, n, k, warps in sizes.dot_shapes:

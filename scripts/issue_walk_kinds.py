@@ -24,7 +24,7 @@ def main(path: str) -> None:
     for walk in WALKS:
         sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), issue_walk=walk)
         limits = calibrate_blocks.DeviceLimits.of(sizes.device)
-        timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
+        timer = calibrate_blocks.Timer.of(sizes)
         measured["/".join(map(str, walk))] = levels = calibrate_blocks.measure_issue(sizes, limits, timer)
         print(walk, [(level["warps_per_scheduler"], round(level["seconds_per_instruction"] * 1e9, 3))
                      for level in levels["levels"]], flush=True)

@@ -21,8 +21,8 @@ WIDTHS = ((128, 128), (128, 64), (128, 32), (96, 32), (96, 64))
 
 def main() -> None:
     sizes = blocks.BlockSizes()
-    limits = blocks.DeviceLimits.of("cuda")
-    timer = blocks._Timer("cuda", sizes.repeats)
+    limits = blocks.DeviceLimits.of(sizes.device)
+    timer = blocks.Timer.of(sizes)
     element_bytes = 2
     print(f"{torch.cuda.get_device_name()}: token tiles [64, cols] of [B, T, 16, D] bf16, useful TB/s")
     for dim, cols in WIDTHS:

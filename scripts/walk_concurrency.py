@@ -27,7 +27,7 @@ def main(path: str) -> None:
         sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), issue_walk=walk,
                                     issue_programs_per_sm=PROGRAMS_PER_SM)
         limits = calibrate_blocks.DeviceLimits.of(sizes.device)
-        timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
+        timer = calibrate_blocks.Timer.of(sizes)
         levels = calibrate_blocks.measure_issue(sizes, limits, timer)["levels"]
         for level in levels:
             rounds = math.ceil(level["programs_per_sm"] / level["resident"])

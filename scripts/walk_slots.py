@@ -13,8 +13,8 @@ from tflabench.analysis import calibrate_blocks
 
 def main() -> None:
     sizes = calibrate_blocks.BlockSizes()
-    limits = calibrate_blocks.DeviceLimits.of("cuda")
-    timer = calibrate_blocks._Timer("cuda", sizes.repeats)
+    limits = calibrate_blocks.DeviceLimits.of(sizes.device)
+    timer = calibrate_blocks.Timer.of(sizes)
     walks = {name: calibrate_blocks.measure_walks(dataclasses.replace(sizes, walk_slots=slots), limits, timer)
              for name, slots in (("l2", 64), ("hbm", 0))}
     for l2, hbm in zip(walks["l2"], walks["hbm"], strict=True):

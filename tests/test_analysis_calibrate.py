@@ -239,7 +239,7 @@ def test_the_gradient_walk_computes_the_loop_it_times():
             acc += (scores_t * (v64[pid % slots] @ dh64[slot].T) * scores_t.exp()) @ q64[slot]
         assert out[pid].item() == pytest.approx(acc.sum().item(), rel=1e-4)
     sizes = replace(calibrate_blocks.BlockSizes.tiny(), issue_walk=("gradient", 16, 16, 32, 4, 1))
-    timer = calibrate_blocks._Timer(sizes.device, sizes.repeats)
+    timer = calibrate_blocks.Timer.of(sizes)
     issue = calibrate_blocks.measure_issue(sizes, calibrate_blocks.DeviceLimits.of(sizes.device), timer)
     assert issue["walk"] == ["gradient", 16, 16, 32, 4, 1] and issue["levels"] == []  # the CPU times nothing
 

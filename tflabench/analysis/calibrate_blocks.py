@@ -184,12 +184,18 @@ class DeviceLimits:
 
 
 @dataclass
-class _Timer:
-    """Median seconds of a callable: CUDA events on a GPU, wall clock on the CPU (interpreter)."""
+class Timer:
+    """Median seconds of a callable: CUDA events on a GPU, wall clock on the CPU (interpreter). The
+    microbenchmarks' clock, also for the probes under scripts/ that time building blocks (`of`)."""
 
     device: str
     repeats: int
     warmup: int = 2
+
+    @classmethod
+    def of(cls, sizes: BlockSizes) -> Timer:
+        """The timer `measure_blocks` uses for ``sizes``: its device and its timed samples."""
+        return cls(sizes.device, sizes.repeats)
 
     def __call__(self, fn: Callable[[], object]) -> float:
         for _ in range(self.warmup):
@@ -394,7 +400,7 @@ def _grid_programs(sizes: BlockSizes, limits: DeviceLimits) -> tuple[int, int]:
     return sizes.programs_per_sm * limits.sm_count, limits.sm_count
 
 
-def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
+def measure_dot(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> list[dict]:
     """FLOP/s (whole GPU) of `tl.dot` per (M, N, K, num_warps) of `sizes.dot_shapes`, both operands loaded
     every iteration: ``flops_per_s`` with `sizes.programs_per_sm` programs per SM, ``one_per_sm_flops_per_s``
     with one program per SM; the same with the left operand loaded once (``a_resident_flops_per_s``,
@@ -446,7 +452,7 @@ def _gradient_walk_kernel(q_ptr, k_ptr, v_ptr, dh_ptr, out_ptr, STEPS, SLOTS, L:
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, 1), 0))
 
 
-def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> list[dict]:
+def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> list[dict]:
     """Seconds per step (``step_s``) of `_walk_kernel` per (kind, L, Dqk, Dv, num_warps, num_stages) of
     `sizes.walk_shapes`, one program per SM (the SMs' programs run side by side and do not meet), cycling
     through `sizes.walk_slots` tiles (on the CPU two), and the walk kernel's own register spills
@@ -490,7 +496,7 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
     return launch
 
 
-def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict:
     """Seconds one warp takes per instruction it issues in a loop whose steps wait for their own loads and
     products: the walk `sizes.issue_walk` (`_walk_kernel`, its tiles L2-resident) with each of
     `sizes.issue_programs_per_sm` programs per SM, its compiled instructions counted
@@ -532,7 +538,7 @@ def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:
     return pre.reshape(2, slots * chunk)
 
 
-def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict:
     """fp32 elements per second (whole GPU) of an exp with two multiply-adds (``exp``), of one multiply-add
     (``fma``), of a row max and row sum with their subtraction and multiply-add (``row_reduce``) and of a row
     sum with its multiply-add (``row_sum``), each as ``<name>_elements_per_s`` with `sizes.programs_per_sm`
@@ -561,7 +567,7 @@ def measure_pointwise(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) ->
     return rates
 
 
-def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict:
     """``local_bytes_per_s``: bytes per second (whole GPU) of the local-memory loads and stores of register
     spills, with `sizes.programs_per_sm` programs of `_spill_kernel` per SM, 4 warps. Each round stores and
     loads the spilled part of the tile once: 2 x the compiled kernel's spill bytes per thread (its local
@@ -583,7 +589,7 @@ def measure_spills(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> di
             "spill_bytes_per_thread": spill_bytes, "spill_seconds": seconds}
 
 
-def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict:
     """The time register spills add to a kernel-shaped loop (`_spill_loop_kernel`), per (num_warps,
     programs per SM) of `sizes.spill_loop_launches` and carried width of `sizes.spill_loop_widths`.
 
@@ -711,7 +717,7 @@ def _state_pattern(sizes: BlockSizes, element_bytes: int) -> _StreamPattern:
                           tile_stride=dqk * dv, rows=block_qk, cols=block_v, tiles=chunks)
 
 
-def _stream_seconds(pattern: _StreamPattern, programs: int, write: bool, buffer, timer: _Timer) -> float:
+def _stream_seconds(pattern: _StreamPattern, programs: int, write: bool, buffer, timer: Timer) -> float:
     sums = torch.empty(pattern.programs, device=buffer.device)
     p = pattern
     return timer(lambda: _tile_stream_kernel[(programs,)](
@@ -723,7 +729,7 @@ def _pattern_buffer(pattern: _StreamPattern, sizes: BlockSizes) -> torch.Tensor:
     return torch.zeros(pattern.outer * pattern.outer_stride, device=sizes.device, dtype=sizes.dtype)
 
 
-def _read_write_rates(name: str, pattern: _StreamPattern, buffer: torch.Tensor, timer: _Timer) -> dict:
+def _read_write_rates(name: str, pattern: _StreamPattern, buffer: torch.Tensor, timer: Timer) -> dict:
     """``{name}_read_bytes_per_s`` and ``{name}_write_bytes_per_s`` of a pattern over ``buffer``, every
     program launched."""
     rates = {}
@@ -734,14 +740,14 @@ def _read_write_rates(name: str, pattern: _StreamPattern, buffer: torch.Tensor, 
 
 
 def _one_per_sm_read_rate(pattern: _StreamPattern, buffer: torch.Tensor, sizes: BlockSizes,
-                          limits: DeviceLimits, timer: _Timer) -> float:
+                          limits: DeviceLimits, timer: Timer) -> float:
     """Bytes per second of a pattern's loads over ``buffer`` with one program per SM (its first streams)."""
     one_per_sm = min(pattern.programs, _grid_programs(sizes, limits)[1])
     seconds = _stream_seconds(pattern, one_per_sm, False, buffer, timer)
     return pattern.elements // pattern.programs * one_per_sm * buffer.element_size() / seconds
 
 
-def measure_memory(sizes: BlockSizes, limits: DeviceLimits, timer: _Timer) -> dict:
+def measure_memory(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict:
     """Bandwidth in B/s (bytes moved / time, whole GPU) of the token-tile and state-tile patterns, loads and
     stores, every program of the pattern launched; ``token_read_one_per_sm``: token loads with one program
     per SM; ``l2_read``: token loads that hit L2; ``token_masked``: the token pattern at
@@ -778,7 +784,7 @@ def memory_patterns(sizes: BlockSizes) -> dict:
     }
 
 
-def measure_launch(sizes: BlockSizes, timer: _Timer) -> dict:
+def measure_launch(sizes: BlockSizes, timer: Timer) -> dict:
     """launch_s: seconds per launch in a burst of one-program launches; program_s: seconds per program
     (whole GPU) of an empty kernel with `sizes.launch_programs` programs, the launch subtracted."""
     out = torch.empty(1, device=sizes.device)
@@ -811,7 +817,7 @@ def precompile(sizes: BlockSizes, workers: int) -> None:
 
 def _compile_share(sizes: BlockSizes) -> None:
     """`precompile`'s work in one process: its shapes' microbenchmarks run once, their figures dropped."""
-    limits, timer = DeviceLimits.of(sizes.device), _Timer(sizes.device, repeats=1, warmup=0)
+    limits, timer = DeviceLimits.of(sizes.device), Timer(sizes.device, repeats=1, warmup=0)
     measure_dot(sizes, limits, timer)
     measure_walks(sizes, limits, timer)
     measure_spill_loops(sizes, limits, timer)
@@ -822,7 +828,7 @@ def measure_blocks(sizes: BlockSizes | None = None) -> dict:
     GPU the kernels compiled in parallel first (`precompile`)."""
     sizes = sizes or BlockSizes()
     limits = DeviceLimits.of(sizes.device)
-    timer = _Timer(sizes.device, sizes.repeats)
+    timer = Timer.of(sizes)
     started = time.perf_counter()
     if sizes.device == "cuda":
         precompile(sizes, min(PRECOMPILE_WORKERS, os.cpu_count() or 1))
