@@ -739,6 +739,34 @@ def test_a_launch_takes_at_least_the_time_its_warps_issue_their_instructions(rat
     assert structural.launch_time(output, issuing).seconds == without.seconds
 
 
+def test_a_gradient_loops_further_trips_issue_as_chains(rates):
+    """The gradient launches' partner loop (trips that add into one tile, none waiting on another) issues its
+    trips beyond the compiled copy as `trip_chains` (its pipeline stages) chains: those instructions at
+    the calibrated seconds for that many times the warps, each chain 1/k of them; the rest as before. The
+    recurrences' steps wait on each other: one chain."""
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["issue"] = {"levels": [{"warps_per_scheduler": 1.0, "seconds_per_instruction": 3e-9},
+                                  {"warps_per_scheduler": 2.0, "seconds_per_instruction": 3.5e-9},
+                                  {"warps_per_scheduler": 4.0, "seconds_per_instruction": 5e-9}]}
+    issuing = structural.Rates(blocks)
+    problem = structural.Problem(8, 8192, 28, 64, 128, variant="exp", mode="fwdbw")
+    d_k = _launch(problem, "xl_chunk", 512, "dK")
+    assert d_k.trip_chains == d_k.stages == 2 and d_k.loop_trips == 4.5 and d_k.chains == 1
+    d_k.compiled = {"registers": 200, "shared_bytes": 90_000, "stack_bytes": 0, "loop_local_bytes": 0,
+                    "instructions": 1624, "loop_instructions": 784}
+    assert structural.further_trip_instructions(d_k) == 3.5 * 784
+    timed = structural.launch_time(d_k, issuing)
+    rounds = math.ceil(math.ceil(d_k.programs / rates.sm_count) / timed.concurrency)
+    warps = timed.concurrency * d_k.warps / structural.SCHEDULERS_PER_SM
+    rest, further = 1624, 3.5 * 784
+    assert timed.issue_s == pytest.approx(rounds * (rest * issuing.instruction_seconds(warps)
+                                                    + further / 2 * issuing.instruction_seconds(2 * warps)))
+    one_chain = structural.launch_time(dataclasses.replace(d_k, trip_chains=1), issuing)
+    assert one_chain.issue_s == pytest.approx(rounds * (rest + further) * issuing.instruction_seconds(warps))
+    assert timed.issue_s < one_chain.issue_s
+    assert _launch(problem, "xl_chunk", 512, "state gradients").trip_chains == 1
+
+
 def test_walks_whose_own_kernel_spilled_are_left_out(rates):
     """A calibrated walk whose walk kernel spilled registers times its own spills: the nearest spill-free
     walk of the kind stands in for it, and a kind with spilling walks only has no step."""

@@ -152,7 +152,9 @@ class Launch:
     launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`:
     the independent accumulator chains of tile products a program interleaves; the calibration times one
     chain per program, and c programs of n chains each get the product rate of c x n programs
-    (results/h100/dot-chains/: two chains 1.17-1.37x one). `masked`: a launch that moves head-dim tiles in
+    (results/h100/dot-chains/: two chains 1.17-1.37x one). `trip_chains`: the trips of its outermost loop
+    that issue as independent chains (`issue_seconds`), 1 where each trip waits on the one before it.
+    `masked`: a launch that moves head-dim tiles in
     a call whose blocks do not divide its head dims; its token loads and stores take the calibration's
     masked-token rates (`Rates.token_pattern`)."""
 
@@ -177,6 +179,7 @@ class Launch:
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
+    trip_chains: int = 1
     masked: bool = False
 
     def dot(self, m: int, n: int, k: int, count: float, streamed: int = 2) -> None:
@@ -406,6 +409,14 @@ def program_instructions(launch: Launch) -> float:
     return issued_instructions(launch.compiled, launch.loop_trips, launch.loop_copies)
 
 
+def further_trip_instructions(launch: Launch) -> float:
+    """The part of `program_instructions` that the outermost loop's trips beyond its compiled copies issue;
+    0 without compiled instruction counts."""
+    if launch.compiled is None or "instructions" not in launch.compiled:
+        return 0.0
+    return max(0.0, launch.loop_trips - launch.loop_copies) * launch.compiled["loop_instructions"]
+
+
 def warps_per_scheduler(launch: Launch, concurrency: int) -> float:
     """Warps each of an SM's `SCHEDULERS_PER_SM` warp schedulers holds with ``concurrency`` programs of the
     launch resident, at least 1: while one warp waits for its spilled registers, its scheduler issues
@@ -534,9 +545,15 @@ def issue_seconds(launch: Launch, rates: Rates, rounds: int, concurrency: int) -
     ``rounds`` of ``concurrency`` programs x the instructions of one warp (`program_instructions`) x the
     calibrated seconds per instruction (`Rates.instruction_seconds`). A program of n independent chains of
     products (`Launch.chains`) counts as n warps each issuing 1/n of them, as the chains count as programs
-    for the product rate."""
+    for the product rate. The further trips of a loop whose trips do not wait on each other
+    (`Launch.trip_chains` = k > 1) count the same way once more: as k chains, each issuing 1/k of them
+    (the calibrated price is a recurrence's, whose steps wait on each other)."""
     warps = warps_per_scheduler(launch, concurrency) * launch.chains
-    return rounds * program_instructions(launch) / launch.chains * rates.instruction_seconds(warps)
+    instructions = program_instructions(launch)
+    further = further_trip_instructions(launch) if launch.trip_chains > 1 else 0.0
+    k = launch.trip_chains
+    return rounds * ((instructions - further) / launch.chains * rates.instruction_seconds(warps)
+                     + further / (launch.chains * k) * rates.instruction_seconds(warps * k))
 
 
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
@@ -809,7 +826,9 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
     priced at the rate with the left operand loaded once, as the one with the score tile on chip is; the
     held-out run `holdout-operands` decided both; with the L2 term left to loads outside products, the rate
     with both operands loaded there met fewer targets, results/perf-log.md), the inter-chunk part over the
-    other head dim in blocks; HBM reads of the tensors of `GRADIENT_READS`."""
+    other head dim in blocks; HBM reads of the tensors of `GRADIENT_READS`. The partner loop's trips add
+    into the program's one gradient tile but none waits on another's result: the issue floor counts the
+    trips its pipeline holds in flight (its stages) as chains (`Launch.trip_chains`)."""
     p, e, t = problem, problem.element_bytes, tiling
     chunks = p.seq_len // t.chunk
     if name == "dQ":
@@ -829,7 +848,7 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
     stages = t.dv_stages if name == "dV" else t.num_stages
     launch = Launch(name, programs, t.num_warps, stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
-                    kernel=f"chunk_{name.lower()}_kernel", loop_trips=partner_tiles)
+                    kernel=f"chunk_{name.lower()}_kernel", loop_trips=partner_tiles, trip_chains=stages)
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks, streamed=2 if loop_blocks > 1 else 1)
     launch.dot(rows, out_block, partner, partner_tiles, streamed=1)
     launch.dot(rows, out_block, loop_block, loop_blocks)
@@ -858,7 +877,7 @@ def _dkdv_launch(problem: Problem, tiling, state_bytes: int, with_dq: bool = Fal
     query_tiles = _mean_causal_tiles(t.chunk, rows, t.block_q) * rows / t.block_q
     launch = Launch("dK+dV", programs, t.dkdv_num_warps, t.dkdv_num_stages, rows * (dqk + dv),
                     t.block_q * (dqk + dv) * e, kernel="chunk_dkdv_kernel", chains=2,
-                    loop_trips=query_tiles)
+                    loop_trips=query_tiles, trip_chains=t.dkdv_num_stages)
     launch.dot(rows, dqk, dv, 1)
     launch.dot(rows, dv, dqk, 1)
     launch.dot(rows, t.block_q, dqk, query_tiles, streamed=1)
