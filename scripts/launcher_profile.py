@@ -1,7 +1,8 @@
 """Where the CPU time of issuing one call of our mLSTM kernels goes (GPU): each Triton launch's CPU time
 (the launcher's `JITFunction.run`, timed around it) per kernel, the rest of the call (the launcher's Python,
-allocations, torch operations), and cProfile's top functions of the whole call. For the calls whose CPU
-time bounds them (results/h200/call-overhead: mLSTMexp's launcher takes 1.2-2.3x mLSTMsig's CPU time):
+allocations, torch operations), and cProfile's top functions of the whole call, for the calls whose CPU
+time nears their GPU time (results/h200/call-overhead). Run the variants interleaved in one process: the same
+call's CPU time moves by up to 2x within a process (results/h200/launcher-profile):
 
     python scripts/launcher_profile.py --batch 16 --seq-len 4096 --heads 16 --head-dim-qk 64 \\
         --head-dim-v 128 --variants sig,exp --modes fwd,fwdbw --chunk 64 --json $OUT/launcher.json
