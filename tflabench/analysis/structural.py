@@ -154,9 +154,8 @@ class Launch:
     chain per program, and c programs of n chains each get the product rate of c x n programs
     (results/h100/dot-chains/: two chains 1.17-1.37x one). `trip_chains`: the trips of its outermost loop
     that issue as independent chains (`issue_seconds`), 1 where each trip waits on the one before it.
-    `masked`: a launch that moves head-dim tiles in
-    a call whose blocks do not divide its head dims; its token loads and stores take the calibration's
-    masked-token rates (`Rates.token_pattern`)."""
+    `masked`: a launch that moves head-dim tiles in a call whose blocks do not divide its head dims; its
+    token loads and stores take the calibration's masked-token rates (`Rates.token_pattern`)."""
 
     name: str
     programs: int
@@ -549,9 +548,8 @@ def issue_seconds(launch: Launch, rates: Rates, rounds: int, concurrency: int) -
     (`Launch.trip_chains` = k > 1) count the same way once more: as k chains, each issuing 1/k of them
     (the calibrated price is a recurrence's, whose steps wait on each other)."""
     warps = warps_per_scheduler(launch, concurrency) * launch.chains
-    instructions = program_instructions(launch)
-    further = further_trip_instructions(launch) if launch.trip_chains > 1 else 0.0
-    k = launch.trip_chains
+    instructions, k = program_instructions(launch), launch.trip_chains
+    further = further_trip_instructions(launch) if k > 1 else 0.0
     return rounds * ((instructions - further) / launch.chains * rates.instruction_seconds(warps)
                      + further / (launch.chains * k) * rates.instruction_seconds(warps * k))
 
