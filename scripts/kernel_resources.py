@@ -26,6 +26,10 @@ shared memory and loop spills from it (docs/performance-model.md). A head-dim pa
 `TABLE_HEAD_DIMS` can be compiled alone and merged into the table with `--table --head-dims 64x192`
 (repeatable): the entries a full run writes for it, in a minute or two; `--table --chunks 32` the same for a
 chunk size.
+`--inner-loops` adds to the table's entries the instructions of the state recurrences' sub-chunk loops, where
+a chunk holds several sub-chunks (their loop over the chunks then issues its own instructions once per chunk,
+the sub-chunk loop's once per sub-chunk; `structural.issued_instructions`), compiling the recurrences alone
+(about six minutes on two cores).
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
 from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
 
@@ -221,20 +225,56 @@ def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, ve
     """The tiling of one configuration (in the kernels version ``version``, with ``tiling`` on top) and,
     per kernel it launches (forward and backward), what `resources` reports; the first launch of a kernel
     stands for its repeats."""
-    args = argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2,
-                              seq=None,
-                              algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
-                              limit=algorithm == "limit_chunk")
     resolved = _table_tiling(algorithm, variant, dqk, dv, chunk, version, tiling)
     kernels = {}
-    for launch in _launches(args, resolved):
+    for launch in _launches(_table_arguments(algorithm, variant, dqk, dv, chunk), resolved):
         row = resources(launch)
         kernels.setdefault(row["kernel"], {
             "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
             "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
             "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"],
-            "instructions": row["instructions"], "loop_instructions": row["loop_instructions"]})
+            "instructions": row["instructions"], "loop_instructions": row["loop_instructions"],
+            "inner_loop_instructions": row["inner_loop_instructions"]})
     return {"tiling": dataclasses.asdict(resolved), "kernels": kernels}
+
+
+def _table_arguments(algorithm: str, variant: str, dqk: int, dv: int, chunk: int) -> argparse.Namespace:
+    """The command-line arguments `_launches` takes for one table configuration (B = H = 2, two chunks)."""
+    return argparse.Namespace(dqk=dqk, dv=dv, chunk=chunk, variant=variant, set=[], batch=2, heads=2,
+                              seq=None, algorithm="fused_chunk" if algorithm == "fused_chunk" else "xl_chunk",
+                              limit=algorithm == "limit_chunk")
+
+
+#: the state recurrences: a loop over the chunks around a loop over their sub-chunks
+RECURRENCE_KERNELS = ("chunk_states_kernel", "chunk_state_grads_kernel", "chunk_states_dq_kernel")
+
+
+def _inner_loop_counts(*config) -> tuple[str, dict[str, int]]:
+    """(table key, {recurrence kernel: the instructions of its sub-chunk loop}) of one configuration, its
+    recurrences alone compiled."""
+    counts = {}
+    for launch in _launches(_table_arguments(*config[:5]), _table_tiling(*config)):
+        name = launch.kernel.fn.__name__
+        if name in RECURRENCE_KERNELS and name not in counts:
+            counts[name] = resources(launch)["inner_loop_instructions"]
+    return _table_key(*config), counts
+
+
+def add_inner_loop_counts(path: Path = TABLE_PATH) -> None:
+    """Add ``inner_loop_instructions`` to the recurrences of the table's entries whose chunks hold several
+    sub-chunks (chunk > block_state), compiling those kernels alone (a few minutes); the rest of each entry
+    is what it was (the same compiler gives the same counts)."""
+    configs = [config for config in _table_configs()
+               if config[0] != "fused_chunk" and config[4] > _table_tiling(*config).block_state]
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        found = pool.starmap(_inner_loop_counts, configs)
+    table = structural.read_compiled_resources(path)
+    for key, counts in found:
+        kernels = table["entries"].get(key, {}).get("kernels", {})
+        for name, inner in counts.items():
+            if name in kernels:
+                kernels[name]["inner_loop_instructions"] = inner
+    _write_table(path, table)
 
 
 def _table_key(algorithm: str, variant: str, dqk: int, dv: int, chunk: int,
@@ -451,7 +491,13 @@ def main() -> None:
     parser.add_argument("--chunks", action="append", type=int, metavar="L",
                         help="with --table: compile only this chunk size (repeatable) and merge it into the "
                              "table, e.g. 32")
+    parser.add_argument("--inner-loops", action="store_true",
+                        help="add the instructions of the recurrences' sub-chunk loops to the table's "
+                             "entries whose chunks hold several sub-chunks")
     args = parser.parse_args()
+    if args.inner_loops:
+        add_inner_loop_counts()
+        return
     head_dims = set(args.head_dims) if args.head_dims else None
     if args.table:
         write_table(head_dims=head_dims, chunks=set(args.chunks) if args.chunks else None)

@@ -767,6 +767,24 @@ def test_a_gradient_loops_further_trips_issue_as_chains(rates):
     assert _launch(problem, "xl_chunk", 512, "state gradients").trip_chains == 1
 
 
+def test_a_recurrences_chunk_loop_issues_its_own_instructions_once_per_chunk():
+    """The state recurrence walks T in sub-chunks of 128 inside a loop over the chunks: at L = 512 its
+    outer body (900 instructions) holds the sub-chunk loop (500) once, so a program of 32 sub-chunks in 8
+    chunks issues the outer body's own 400 eight times and the sub-chunk body 32 times, not the whole outer
+    body 32 times; at L = 128 (one sub-chunk a chunk) and for counts without the inner loop's figure, the
+    outer body per trip."""
+    counts = {"instructions": 1500, "loop_instructions": 900, "inner_loop_instructions": 500}
+    assert structural.issued_instructions(counts, 32, inner_trips=4) == 1500 + 7 * 400 + 31 * 500
+    assert structural.issued_instructions(counts, 32) == 1500 + 31 * 900
+    without = {"instructions": 1500, "loop_instructions": 900}
+    assert structural.issued_instructions(without, 32, inner_trips=4) == 1500 + 31 * 900
+    problem = structural.Problem(4, 4096, 8, 128, 128)
+    for chunk, inner in ((128, 1), (512, 4)):
+        for name in ("states", "state gradients"):
+            launch = _launch(dataclasses.replace(problem, mode="fwdbw"), "xl_chunk", chunk, name)
+            assert (launch.loop_trips, launch.inner_trips) == (4096 // 128, inner)
+
+
 def test_walks_whose_own_kernel_spilled_are_left_out(rates):
     """A calibrated walk whose walk kernel spilled registers times its own spills: the nearest spill-free
     walk of the kind stands in for it, and a kind with spilling walks only has no step."""

@@ -54,16 +54,34 @@ def test_sass_instructions_are_counted_in_all_and_in_the_outermost_loop():
         "        /*0030*/                   LDL R4, [R1] ;",
         "        /*0040*/                   BRA 0x10 ;",
     ])
-    assert sass.instruction_counts(listing) == (5, 4)
+    assert sass.instruction_counts(listing) == (5, 4, 0)
     assert sass.loop_local_bytes(listing) == 8 + 4
-    assert sass.instruction_counts(listing.replace("BRA 0x10", "EXIT")) == (5, 0)
+    assert sass.instruction_counts(listing.replace("BRA 0x10", "EXIT")) == (5, 0, 0)
     retry_stub = "\n".join([  # a tensor-descriptor wait's retry code after EXIT, branching back: no loop
         listing,
         "        /*0050*/                   EXIT ;",
         "        /*0060*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4], RZ ;",
         "        /*0070*/                   BRA 0x0 ;",
     ])
-    assert sass.instruction_counts(retry_stub) == (8, 4)
+    assert sass.instruction_counts(retry_stub) == (8, 4, 0)
+
+
+def test_a_loop_inside_the_outermost_loop_is_counted_on_its_own():
+    """The outer loop 0x0010-0x0060 (six instructions) holds the inner loop 0x0020-0x0040 (three): a state
+    recurrence's sub-chunks within its chunks."""
+    from tflabench.analysis import sass
+
+    listing = "\n".join([
+        "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+        "        /*0010*/                   STG.E [R2], R4 ;",
+        "        /*0020*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;",
+        "        /*0030*/                   IADD3 R0, R0, 0x1, RZ ;",
+        "        /*0040*/              @P0  BRA 0x20 ;",
+        "        /*0050*/                   IADD3 R5, R5, 0x1, RZ ;",
+        "        /*0060*/              @P1  BRA 0x10 ;",
+        "        /*0070*/                   EXIT ;",
+    ])
+    assert sass.instruction_counts(listing) == (8, 6, 3)
 
 
 def test_a_tiling_change_reaches_the_compiled_kernel():

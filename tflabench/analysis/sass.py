@@ -26,14 +26,15 @@ def _cuobjdump(cubin: bytes, *flags: str) -> str:
 
 def cubin_resources(cubin: bytes) -> dict:
     """{registers, local_bytes, stack_bytes (per thread), loop_local_bytes (per thread and loop trip),
-    instructions, loop_instructions (`instruction_counts`)}."""
+    instructions, loop_instructions, inner_loop_instructions (`instruction_counts`)}."""
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     instructions = _instructions(_cuobjdump(cubin, "-sass"))
     body = _loop_body(instructions)
     return {"registers": int(fields.get("REG", 0)), "local_bytes": int(fields.get("LOCAL", 0)),
             "stack_bytes": int(fields.get("STACK", 0)), "loop_local_bytes": _local_bytes(body),
-            "instructions": len(instructions), "loop_instructions": len(body)}
+            "instructions": len(instructions), "loop_instructions": len(body),
+            "inner_loop_instructions": len(_body(instructions, _inner_loop(instructions)))}
 
 
 def _instructions(sass: str) -> list[tuple[int, list[str]]]:
@@ -47,32 +48,59 @@ def _opcode(words: list[str]) -> str:
     return words[1] if words and words[0].startswith("@") else (words[0] if words else "")
 
 
-def _outermost_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int] | None:
-    """(first, last) address of the kernel's outermost loop: the widest range between a backward branch
-    and its target that holds no EXIT; None without one. (The retry stubs of tensor-descriptor waits sit
-    after the kernel's EXIT and branch back into its body: no loop.)"""
+def _loops(instructions: list[tuple[int, list[str]]]) -> list[tuple[int, int]]:
+    """(first, last) address of each loop: a range between a backward branch and its target that holds no
+    EXIT. (The retry stubs of tensor-descriptor waits sit after the kernel's EXIT and branch back into its
+    body: no loop.)"""
     branch = re.compile(r"BRA(?:\.\w+)*\s+0x([0-9a-f]+)")
     exits = [address for address, words in instructions if _opcode(words).split(".")[0] == "EXIT"]
     loops = [(int(target, 16), address) for address, words in instructions
              for target in branch.findall(" ".join(words)) if int(target, 16) < address]
-    loops = [(start, end) for start, end in loops if not any(start <= exit <= end for exit in exits)]
+    return [(start, end) for start, end in loops if not any(start <= exit <= end for exit in exits)]
+
+
+def _widest(loops: list[tuple[int, int]]) -> tuple[int, int] | None:
     return max(loops, key=lambda loop: loop[1] - loop[0]) if loops else None
+
+
+def _outermost_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int] | None:
+    """(first, last) address of the kernel's outermost loop: the widest of its loops (`_loops`); None
+    without one."""
+    return _widest(_loops(instructions))
+
+
+def _inner_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int] | None:
+    """(first, last) address of the widest loop inside the outermost one (a state recurrence's loop over
+    the sub-chunks of a chunk, within its loop over the chunks); None without one."""
+    loops = _loops(instructions)
+    outer = _widest(loops)
+    if outer is None:
+        return None
+    return _widest([loop for loop in loops if loop != outer and outer[0] <= loop[0] and loop[1] <= outer[1]])
+
+
+def _body(instructions: list[tuple[int, list[str]]], loop: tuple[int, int] | None) -> list[list[str]]:
+    """The words of the instructions in ``loop``; none without a loop."""
+    return [words for address, words in instructions if loop and loop[0] <= address <= loop[1]]
 
 
 def _loop_body(instructions: list[tuple[int, list[str]]]) -> list[list[str]]:
     """The words of the instructions in the outermost loop (`_outermost_loop`); none without a loop."""
-    loop = _outermost_loop(instructions)
-    return [words for address, words in instructions if loop and loop[0] <= address <= loop[1]]
+    return _body(instructions, _outermost_loop(instructions))
 
 
-def instruction_counts(sass: str) -> tuple[int, int]:
-    """(SASS instructions of the kernel, those in its outermost loop's body, `_outermost_loop`). A warp of
-    a program whose loop makes n trips issues about instructions + (n - 1) x loop_instructions: within
-    0.9-1.4 % of what Nsight Compute counted for mLSTMexp's state recurrence and output kernels at
-    16 x 96/160 and 16 x 128/128, L = 64 and 128 (results/perf-log.md); a kernel of several loops (dQ:
-    its partner tiles, and its value blocks twice) needs each loop's trips."""
+def instruction_counts(sass: str) -> tuple[int, int, int]:
+    """(SASS instructions of the kernel, those in its outermost loop's body, `_outermost_loop`, those in
+    the widest loop inside that one, `_inner_loop`). A warp of a program whose loop makes n trips issues
+    about instructions + (n - 1) x loop_instructions: within 0.9-1.4 % of what Nsight Compute counted for
+    mLSTMexp's state recurrence and output kernels at 16 x 96/160 and 16 x 128/128, L = 64 and 128
+    (results/perf-log.md), where a chunk is one sub-chunk; with an inner loop of m trips per outer trip,
+    instructions + (n - 1) x (loop_instructions - inner) + (n m - 1) x inner
+    (`structural.issued_instructions`); a kernel of several loops side by side (dQ: its partner tiles, and
+    its value blocks twice) needs each loop's trips."""
     instructions = _instructions(sass)
-    return len(instructions), len(_loop_body(instructions))
+    inner = _body(instructions, _inner_loop(instructions))
+    return len(instructions), len(_loop_body(instructions)), len(inner)
 
 
 def loop_local_bytes(sass: str) -> int:

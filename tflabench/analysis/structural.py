@@ -148,7 +148,9 @@ class Launch:
     spills (`compiled`, from compiled_resources.json.gz) when the table has them, and `loop_trips` is the
     trips of its outermost loop per program (what the spills of one trip and the instructions of its body
     are multiplied by), over `loop_copies` copies of that loop in the compiled code (the output kernel's
-    query tiles, unrolled, each with its own key/value loop). `walk`: (kind, L, Dqk, Dv) of the step of a
+    query tiles, unrolled, each with its own key/value loop); `inner_trips` the trips of a loop inside the
+    outermost one per trip of it, where `loop_trips` counts those inner trips in all (the recurrences'
+    sub-chunks within their loop over the chunks). `walk`: (kind, L, Dqk, Dv) of the step of a
     launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`:
     the independent accumulator chains of tile products a program interleaves; the calibration times one
     chain per program, and c programs of n chains each get the product rate of c x n programs
@@ -175,6 +177,7 @@ class Launch:
     kernel: str = ""
     loop_trips: float = 1.0
     loop_copies: int = 1
+    inner_trips: int = 1
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
@@ -393,11 +396,20 @@ def spilled_bytes(launch: Launch) -> float:
     return launch.compiled["loop_local_bytes"] * 32 * launch.warps * launch.loop_trips
 
 
-def issued_instructions(counts: dict, trips: float, copies: int = 1) -> float:
+def issued_instructions(counts: dict, trips: float, copies: int = 1, inner_trips: int = 1) -> float:
     """Instructions one warp issues in a kernel of compiled ``counts`` (`sass.cubin_resources`:
-    ``instructions``, ``loop_instructions``) whose outermost loop makes ``trips`` trips over ``copies``
-    compiled copies of it: all of them, and the loop's body once more for each further trip."""
-    return counts["instructions"] + max(0.0, trips - copies) * counts["loop_instructions"]
+    ``instructions``, ``loop_instructions``, ``inner_loop_instructions``) whose outermost loop makes
+    ``trips`` trips over ``copies`` compiled copies of it: all of them, and the loop's body once more for
+    each further trip. Where that loop holds an inner one of ``inner_trips`` trips per outer trip (``trips``
+    then counting the inner trips in all), the outer body's own instructions once more per further outer
+    trip and the inner body's per further inner trip (counts without the inner loop's figure: the outer
+    body per trip)."""
+    inner = counts.get("inner_loop_instructions") if inner_trips > 1 else None
+    if inner is None:
+        return counts["instructions"] + max(0.0, trips - copies) * counts["loop_instructions"]
+    outer_trips = trips / inner_trips
+    return (counts["instructions"] + max(0.0, outer_trips - copies) * (counts["loop_instructions"] - inner)
+            + max(0.0, trips - copies) * inner)
 
 
 def program_instructions(launch: Launch) -> float:
@@ -405,7 +417,7 @@ def program_instructions(launch: Launch) -> float:
     `Launch.loop_trips` and `Launch.loop_copies`); 0 without compiled instruction counts."""
     if launch.compiled is None or "instructions" not in launch.compiled:
         return 0.0
-    return issued_instructions(launch.compiled, launch.loop_trips, launch.loop_copies)
+    return issued_instructions(launch.compiled, launch.loop_trips, launch.loop_copies, launch.inner_trips)
 
 
 def further_trip_instructions(launch: Launch) -> float:
@@ -729,7 +741,8 @@ def _recurrence_launch(name: str, problem: Problem, tiling, state_bytes: int,
     steps = p.seq_len // bl
     programs = _blocks(p.head_dim_qk, bk) * _blocks(p.head_dim_v, bv) * p.rows
     launch = Launch(name, programs, tiling.state_num_warps, tiling.state_num_stages, bk * bv,
-                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps, walk=("state", bl, bk, bv))
+                    (bl * bk + bl * bv) * e, kernel=kernel, loop_trips=steps,
+                    inner_trips=max(1, tiling.chunk // bl), walk=("state", bl, bk, bv))
     launch.dot(bk, bv, bl, steps)
     launch.exp = steps * bl
     launch.fma = steps * (bk * bv + bl * bk)
