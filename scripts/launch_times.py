@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from tflabench.analysis import structural
+from tflabench.bench.sweep import DEFAULT_TILING
 
 #: the row of every kernel that no model launch names (torch operations)
 TORCH_OPS = "torch ops"
@@ -140,9 +141,12 @@ def main() -> None:
     parser.add_argument("--chunk-sizes", default="128,256", help="comma list")
     parser.add_argument("--warmup", type=int, default=3, help="unprofiled calls first (the first compiles)")
     parser.add_argument("--calls", type=int, default=5, help="profiled calls")
-    parser.add_argument("--tiling", help="our kernels with this tiling (a name or FIELD=VALUE,...)")
+    parser.add_argument("--tiling", help="our kernels with this tiling (a name or FIELD=VALUE,...; "
+                                         "'default' or none: the default tiling)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
+    if args.tiling == DEFAULT_TILING:
+        args.tiling = None
     if args.algorithm == "reference" and (args.variant != "sig" or args.tiling):
         parser.error("the reference is mLSTMsig only (--variant sig), at its own tiling")
 
