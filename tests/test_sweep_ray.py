@@ -29,6 +29,9 @@ RAY_RESOURCES = {"fake_gpu": 2.0, "accelerator_type:FAKE1": 1.0, "accelerator_ty
 #: a slice of preset tiny (our kernels under the Triton interpreter, and a peer that is not installed)
 TINY_SLICE = ["--preset", "tiny", "--kernels", "tflabench.mlstm_sig.limit_chunk,tflabench.mlstm_exp.xl_chunk,"
               "fla.chunk_gla", "--seq-len", "64", "--chunk-size", "16", "--mode", "fwd,fwdbw"]
+#: how long a test waits for a sweep under Ray to make progress before it calls the sweep stuck: as long as
+#: `run` waits for a whole sweep, since Ray's workers start slowly on a loaded two-core machine
+LIVENESS_S = 180.0
 SLOW_SWEEP = ["--kernels", "fake.slow,fake.correct", "--seq-len", "8..64", "--chunk-size", "8",
               "--mode", "fwd,fwdbw", "--timeout", "30"]
 
@@ -47,7 +50,7 @@ def ray_environment() -> dict[str, str]:
 
 
 def run(command: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(command, capture_output=True, text=True, env=ray_environment(), timeout=180)
+    return subprocess.run(command, capture_output=True, text=True, env=ray_environment(), timeout=LIVENESS_S)
 
 
 def row_keys(rows: list[dict[str, str]]) -> list[tuple[str, ...]]:
@@ -85,7 +88,7 @@ def _kill_ray_worker_of(kernel: str, results: Path, process: subprocess.Popen) -
     """SIGKILL the Ray worker whose task measures ``kernel``, once it has written a row of it."""
     import psutil
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + LIVENESS_S
     while time.monotonic() < deadline:
         assert process.poll() is None, "the sweep ended before its Ray worker could be killed"
         if any(row["kernel"] == kernel for row in read_rows(results)):
@@ -105,7 +108,7 @@ def test_a_killed_ray_worker_and_a_killed_sweep_lose_and_duplicate_no_row(tmp_pa
                                env=ray_environment())
     try:
         _kill_ray_worker_of("fake.slow", results, process)
-        wait_for_rows(results, 10, process)
+        wait_for_rows(results, 10, process, timeout_s=LIVENESS_S)
     finally:
         process.kill()
         process.wait()
