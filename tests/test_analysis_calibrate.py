@@ -212,11 +212,35 @@ def test_the_walk_microbenchmark_computes_the_recurrence_it_times(kind):
     gate = calibrate_blocks._walk_gates(kind, slots, chunk, "cpu")
     h, out = torch.zeros(1, chunk, dv), torch.zeros(1)
     calibrate_blocks._walk_kernel[(1,)](q, k, v, gate, h, out, steps, slots, L=chunk, DQK=dqk, DV=dv,
-                                        FUSED=kind != "state", STABILIZE=kind == "fused_exp", NUM_STAGES=1)
+                                        FUSED=kind != "state", STABILIZE=kind == "fused_exp", NUM_STAGES=1,
+                                        SIDE=0)
     state, last_h = _walk_reference(kind, q, k, v, gate, steps)
     assert out.item() == pytest.approx(state.sum().item(), rel=1e-4)
     if last_h is not None:
         torch.testing.assert_close(h[0].double(), last_h, rtol=1e-4, atol=1e-5)
+
+
+def test_the_state_walks_side_work_leaves_the_state_and_does_its_rounds():
+    """`_walk_kernel` with SIDE rounds (interpreter, fp32): the state is the walk's without them, and the
+    side tile's sum is SIDE rounds of side <- 0.999 side + b[L-1] per step, from distinct start values."""
+    torch.manual_seed(1)
+    slots, chunk, dqk, dv, steps, rounds = 2, 16, 16, 32, 3, 4
+    q, k = torch.randn(slots, chunk, dqk) / 8, torch.randn(slots, chunk, dqk) / 8
+    v = torch.randn(slots, chunk, dv)
+    gate = calibrate_blocks._walk_gates("state", slots, chunk, "cpu")
+    h, out = torch.zeros(1, chunk, dv), torch.zeros(1)
+    calibrate_blocks._walk_kernel[(1,)](q, k, v, gate, h, out, steps, slots, L=chunk, DQK=dqk, DV=dv,
+                                        FUSED=False, STABILIZE=False, NUM_STAGES=1, SIDE=rounds)
+    state, _ = _walk_reference("state", q, k, v, gate, steps)
+    assert out.item() == pytest.approx(state.sum().item(), rel=1e-4)
+    side = (torch.arange(chunk, dtype=torch.float64)[:, None] + torch.arange(dv, dtype=torch.float64) * 0.001)
+    for step in range(steps):
+        decay = gate[0, (step % slots) * chunk + chunk - 1].double()
+        for _ in range(rounds):
+            side = side * 0.999 + decay
+    assert h[0, 0, 0].item() == pytest.approx(side.sum().item(), rel=1e-5)
+    assert side.sum().item() != pytest.approx((torch.arange(chunk)[:, None] + torch.arange(dv) * 0.001)
+                                              .double().sum().item(), rel=1e-3)  # the rounds change it
 
 
 def test_the_gradient_walk_computes_the_loop_it_times():

@@ -126,6 +126,7 @@ class BlockSizes:
     walk_shapes: tuple[tuple[str, int, int, int, int, int], ...] = WALK_SHAPES
     walk_steps: int = 256
     walk_slots: int = 64
+    walk_side_rounds: int = 0  # `_walk_kernel`'s SIDE for state walks (0 in the calibration)
     pointwise_tile: tuple[int, int] = (64, 64)
     pointwise_iters: int = 1024
     spill_tile: tuple[int, int] = (256, 256)  # fp32, 4 warps: 512 elements per thread, about half spilled
@@ -253,7 +254,7 @@ def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
 @triton.jit
 def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L: tl.constexpr,
                  DQK: tl.constexpr, DV: tl.constexpr, FUSED: tl.constexpr, STABILIZE: tl.constexpr,
-                 NUM_STAGES: tl.constexpr):
+                 NUM_STAGES: tl.constexpr, SIDE: tl.constexpr):
     """STEPS steps of one program in order, with the kernels' own step code, a [DQK, DV] fp32 state carried
     from each step to the next. Program p takes the tiles p * STEPS, p * STEPS + 1, ... (modulo SLOTS) of
     q, k [SLOTS, L, DQK], v [SLOTS, L, DV] and gate [2, SLOTS * L] fp32: L2-resident for a few slots, each
@@ -264,7 +265,10 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
     (`triton_fused._chunk_gates`, `chunk_output`, `chunk_state_update`): gate[0] and gate[1] hold the forget
     and input pre-activations; mLSTMsig's masked gates, or with STABILIZE mLSTMexp's lean gates, running max
     and normalizer, as each variant's default tiling runs them; h stored to h[pid], then the state update.
-    Writes the state's sum to out[pid]."""
+    Writes the state's sum to out[pid]. SIDE > 0 (state step only): per step, SIDE rounds of
+    side <- 0.999 side + b[L-1] on an fp32 [L, DV] tile of distinct values, work that waits for the step's
+    gate load but not for the state (instructions a step can issue in the shadow of its chain); their sum
+    to h[pid, 0, 0]."""
     QK_SCALE: tl.constexpr = 0.125
     pid = tl.program_id(0)
     offs_l = tl.arange(0, L)
@@ -273,6 +277,7 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
     state = tl.zeros([DQK, DV], dtype=tl.float32)
     norm = tl.zeros([DQK], dtype=tl.float32)
     m_state = 0.0
+    side = offs_l[:, None] * 1.0 + offs_v[None, :] * 0.001
     rows = SLOTS * L
     for step in tl.range(0, STEPS, num_stages=NUM_STAGES):
         slot = (pid * STEPS + step) % SLOTS
@@ -290,10 +295,14 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
         else:
             decay, state_scale, _ = triton_fwd.chunk_decay(gate_ptr, gate_ptr, 0, rows, SLOTS, slot, 0.0, L,
                                                            False)
+            for _ in tl.static_range(SIDE):
+                side = side * 0.999 + decay
             state, _ = triton_fwd.add_chunk_to_state(
                 state * state_scale, norm, k_ptr, v_ptr, gate_ptr, gate_ptr + rows, 0, rows, slot, decay, 0.0,
                 offs_k, offs_v, DQK, DV, DQK, DV, DQK, DV, L, L, False, False)
     tl.store(out_ptr + pid, tl.sum(tl.sum(state, 1), 0))
+    if SIDE > 0:
+        tl.store(h_ptr + pid * L * DV, tl.sum(tl.sum(side, 1), 0))
 
 
 @triton.jit
@@ -476,7 +485,8 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
     ``programs`` programs of `sizes.walk_steps` steps over `sizes.walk_slots` tiles (0: programs x steps,
     each tile read once; on the CPU two) of fresh random inputs, and returns the compiled kernel; kind
     ``gradient``: `_gradient_walk_kernel` (a loop of the intra-chunk gradient kernels' form, for
-    `measure_issue`; `scripts/issue_walk_kinds.py`)."""
+    `measure_issue`; `scripts/issue_walk_kinds.py`); state walks with `sizes.walk_side_rounds` rounds of
+    side work per step (`scripts/issue_walk_side.py`)."""
     kind, chunk, dqk, dv, warps, stages = walk
     slots = sizes.walk_slots or programs * sizes.walk_steps if sizes.device == "cuda" else 2
     q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
@@ -489,10 +499,12 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
     gate = _walk_gates(kind, slots, chunk, sizes.device)
     h = torch.empty(programs, chunk, dv, device=sizes.device)
 
+    side = sizes.walk_side_rounds if kind == "state" else 0
+
     def launch():
         return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
                                          DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
-                                         NUM_STAGES=stages, num_warps=warps)
+                                         NUM_STAGES=stages, SIDE=side, num_warps=warps)
     return launch
 
 
