@@ -1,8 +1,9 @@
 """How many independent instructions a chain of waits absorbs: the calibration's issue walk (the state
 recurrence's step, `calibrate_blocks.measure_issue`) with SIDE rounds per step of pointwise work that waits
 for the step's gate load but not for the state (`calibrate_blocks._walk_kernel`'s SIDE: 32 FMAs per thread
-per round at 64 x 64 with four warps), at one and two programs per SM. Per side count: seconds per step and
-the warp instructions of the walk's loop body. Writes them to a JSON file (GPU):
+per round at 64 x 64 with four warps), at one, two, four and six programs per SM (the calibration's
+levels). Per side count: seconds per step and the warp instructions of the walk's loop body. Writes them
+to a JSON file (GPU):
 
     python scripts/issue_walk_side.py $OUT/issue-walk-side.json
 """
@@ -19,7 +20,7 @@ SIDE_ROUNDS = (0, 1, 2, 4, 8, 16, 32)
 
 
 def main(path: str) -> None:
-    base = dataclasses.replace(calibrate_blocks.BlockSizes(), issue_programs_per_sm=(1, 2))
+    base = calibrate_blocks.BlockSizes()
     limits = calibrate_blocks.DeviceLimits.of(base.device)
     timer = calibrate_blocks.Timer.of(base)
     measured = {}
