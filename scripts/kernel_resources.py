@@ -30,6 +30,11 @@ chunk size.
 a chunk holds several sub-chunks (their loop over the chunks then issues its own instructions once per chunk,
 the sub-chunk loop's once per sub-chunk; `structural.issued_instructions`), compiling the recurrences alone
 (about six minutes on two cores).
+`--block-loops` adds the loop structure of the output and gradient kernels whose head-dim block loops make
+several trips (`sass.top_loops`: 32-wide blocks at 96/96, two 128-wide value blocks at Dv 256), compiling
+those kernels alone (the structural model counts those loops' trips; `structural.block_loop_instructions`).
+`--sweep-config FILE` adds the entries of the tilings a sweep config runs, so that a held-out run's predictions
+(`scripts/holdout_predictions.py`) have them before it runs.
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
 from its launchers as ours are) at the same head dims and chunk sizes 64-512 (about four minutes):
 
@@ -198,7 +203,8 @@ TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128)
                    (192, 384), (384, 384), (192, 192), (128, 512), (32, 64), (64, 32), (32, 128),
                    (32, 32), (64, 192), (64, 256), (32, 256), (144, 144), (128, 176), (128, 288),
                    (144, 176), (192, 160), (176, 176), (144, 288), (96, 160), (144, 192), (208, 288),
-                   (112, 176), (48, 80), (208, 208))
+                   (112, 176), (48, 80), (208, 208), (192, 256), (256, 384), (160, 320), (128, 192),
+                   (64, 160))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
 #: fused_chunk's chunk sizes below xl_chunk's smallest: its backward runs the xl_chunk kernels at them
 #: (`structural.launches`), so the table holds those launches too, at today's default tiling and at the
@@ -234,7 +240,7 @@ def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, ve
             "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
             "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"],
             "instructions": row["instructions"], "loop_instructions": row["loop_instructions"],
-            "inner_loop_instructions": row["inner_loop_instructions"]})
+            "inner_loop_instructions": row["inner_loop_instructions"], "top_loops": row["top_loops"]})
     return {"tiling": dataclasses.asdict(resolved), "kernels": kernels}
 
 
@@ -274,6 +280,53 @@ def add_inner_loop_counts(path: Path = TABLE_PATH) -> None:
         for name, inner in counts.items():
             if name in kernels:
                 kernels[name]["inner_loop_instructions"] = inner
+    _write_table(path, table)
+
+
+#: the kernels with head-dim block loops, and the blocks of the tiling (head dim, block field) they walk
+BLOCK_LOOP_KERNELS = {"chunk_outputs_kernel": ("head_dim_qk", "block_qk"),
+                      "chunk_dq_kernel": ("head_dim_v", "block_v"), "chunk_dk_kernel": ("head_dim_v", "block_v"),
+                      "chunk_dv_kernel": ("head_dim_qk", "block_qk")}
+
+
+def _block_loop_kernels(config: tuple) -> set[str]:
+    """The kernels of `BLOCK_LOOP_KERNELS` whose head-dim block loops make two or more trips in this
+    configuration (the output kernel's Dqk blocks after the first: three or more blocks)."""
+    if config[0] == "fused_chunk":
+        return set()
+    tiling = _table_tiling(*config)
+    dims = {"head_dim_qk": config[2], "head_dim_v": config[3]}
+    trips = {name: structural._blocks(dims[dim], getattr(tiling, block))
+             - (name == "chunk_outputs_kernel") for name, (dim, block) in BLOCK_LOOP_KERNELS.items()}
+    return {name for name, count in trips.items() if count >= 2}
+
+
+def _top_loop_counts(*config) -> tuple[str, dict[str, list]]:
+    """(table key, {kernel: its `sass.top_loops`}) of one configuration, the kernels with block loops of
+    several trips alone compiled."""
+    wanted, counts = _block_loop_kernels(config), {}
+    for launch in _launches(_table_arguments(*config[:5]), _table_tiling(*config)):
+        name = launch.kernel.fn.__name__
+        if name in wanted and name not in counts:
+            counts[name] = resources(launch)["top_loops"]
+    print(_table_key(*config), flush=True)
+    return _table_key(*config), counts
+
+
+def add_top_loops(path: Path = TABLE_PATH) -> None:
+    """Add ``top_loops`` to the kernels of the table's entries whose head-dim block loops make several trips
+    (`_block_loop_kernels`), compiling those kernels alone; the rest of each entry is what it was. A kernel
+    without the figure counts its block loops once (`structural.block_loop_instructions`)."""
+    table = structural.read_compiled_resources(path)
+    configs = [config for config in _table_configs()
+               if _table_key(*config) in table["entries"] and _block_loop_kernels(config)]
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        found = pool.starmap(_top_loop_counts, configs)
+    for key, counts in found:
+        kernels = table["entries"][key]["kernels"]
+        for name, loops in counts.items():
+            if name in kernels:
+                kernels[name]["top_loops"] = loops
     _write_table(path, table)
 
 
@@ -395,6 +448,35 @@ def _committed_fused_backwards() -> list[tuple]:
                    and tiling is None})
 
 
+def _sweep_tilings(config: Path) -> list[tuple]:
+    """(algorithm, variant, Dqk, Dv, chunk, version, tiling) of the points of our TFLA kernels in a sweep
+    config that run a tiling other than the default, today's kernels version: the entries a held-out run's
+    predictions need before it runs (afterwards its committed rows name them, `_committed_tilings`)."""
+    from tflabench.bench.registry import all_kernels
+    from tflabench.bench.sweep import expand, load_sweep_file
+    from tflabench.kernels.mlstm import tilings
+
+    found = set()
+    for job in expand(load_sweep_file(config), all_kernels()):
+        params, point = job.kernel.params, job.point
+        if (job.kernel.name.startswith("tflabench.mlstm_") and params.get("algorithm") in TABLE_CHUNKS
+                and point.tiling not in (None, "default")):
+            found.add((params["algorithm"], params["variant"], point.head_dim_qk, point.head_dim_v,
+                       point.chunk_size, tilings.KERNELS_VERSION, point.tiling))
+    return sorted(found)
+
+
+def add_sweep_tilings(config: Path, path: Path = TABLE_PATH) -> None:
+    """Compile the entries of a sweep config's tilings (`_sweep_tilings`) and merge them into the table."""
+    configs = _sweep_tilings(config)
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        compiled = pool.starmap(_table_entry_or_none, configs)
+    table = structural.read_compiled_resources(path)
+    table["entries"].update({_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
+                             if entry is not None})
+    _write_table(path, table)
+
+
 def _table_configs() -> list[tuple]:
     """(algorithm, variant, Dqk, Dv, chunk, version, tiling) of every table entry: today's default tiling of
     each configuration, each former version's (`tilings.FORMER_DEFAULTS`, the kernels of the committed
@@ -494,9 +576,21 @@ def main() -> None:
     parser.add_argument("--inner-loops", action="store_true",
                         help="add the instructions of the recurrences' sub-chunk loops to the table's "
                              "entries whose chunks hold several sub-chunks")
+    parser.add_argument("--block-loops", action="store_true",
+                        help="add the loop structure (`sass.top_loops`) of the kernels whose head-dim block "
+                             "loops make several trips to the table's entries")
+    parser.add_argument("--sweep-config", type=Path, metavar="TOML",
+                        help="add the entries of the tilings a sweep config runs (today's kernels) to the "
+                             "table: a held-out run's, before it runs")
     args = parser.parse_args()
+    if args.sweep_config:
+        add_sweep_tilings(args.sweep_config)
+        return
     if args.inner_loops:
         add_inner_loop_counts()
+        return
+    if args.block_loops:
+        add_top_loops()
         return
     head_dims = set(args.head_dims) if args.head_dims else None
     if args.table:

@@ -785,6 +785,31 @@ def test_a_recurrences_chunk_loop_issues_its_own_instructions_once_per_chunk():
             assert (launch.loop_trips, launch.inner_trips) == (4096 // 128, inner)
 
 
+def test_head_dim_block_loops_issue_their_bodies_once_per_trip():
+    """The output kernel at 96/96 in 32-wide blocks walks the Dqk blocks after the first in loops of two
+    trips: the one before each query tile's key/value loop (116 instructions, once per program) and the one
+    inside it (64, once per key/value tile); its compiled loops (`sass.top_loops`, widest first: the two
+    query tiles' key/value loops, then the Qbar C loops beside them) count each body once, so a program of
+    three key/value tiles issues 2 x 116 + 3 x 64 more. A block loop of one trip is folded away, and counts
+    without the loops' structure count each body once."""
+    problem = structural.Problem(16, 4096, 24, 96, 96)
+    tiling = "block_qk=32,block_v=32,out_block_v=32,dv_block_v=32,state_block_qk=32,state_block_v=32"
+    output = _launch(problem, "xl_chunk", 128, "output", tiling)
+    assert (output.loop_copies, output.loop_trips, output.block_trips) == (2, 3, 2)
+    counts = {"instructions": 2640, "loop_instructions": 776,
+              "top_loops": [[776, 64], [776, 64], [116, 0], [116, 0]]}
+    assert structural.block_loop_bodies(counts, 2) == (232, 64)
+    assert structural.issued_instructions(counts, 3, 2, block_trips=2) == 2640 + 776 + 232 + 3 * 64
+    assert structural.issued_instructions(counts, 3, 2, block_trips=1) == 2640 + 776
+    assert structural.issued_instructions({"instructions": 2640, "loop_instructions": 776}, 3, 2,
+                                          block_trips=2) == 2640 + 776
+    output.compiled = counts
+    assert structural.further_trip_instructions(output) == 776 + 64
+    d_q = _launch(dataclasses.replace(problem, mode="fwdbw"), "xl_chunk", 128, "dQ", tiling)
+    assert d_q.block_trips == 3  # Dv / 32
+    assert _launch(problem, "xl_chunk", 128, "output").block_trips == 0  # one masked 128-wide Dqk block
+
+
 def test_walks_whose_own_kernel_spilled_are_left_out(rates):
     """A calibrated walk whose walk kernel spilled registers times its own spills: the nearest spill-free
     walk of the kind stands in for it, and a kind with spilling walks only has no step."""

@@ -84,6 +84,28 @@ def test_a_loop_inside_the_outermost_loop_is_counted_on_its_own():
     assert sass.instruction_counts(listing) == (8, 6, 3)
 
 
+def test_the_loops_no_other_loop_holds_are_listed_with_the_loops_inside_them():
+    """A block loop 0x0010-0x0020 (two instructions) before the tile loop 0x0030-0x0080 (six), which holds
+    the block loop 0x0040-0x0060 (three): the tile loop first, with the three inside it; the loop before it
+    with none. Without a loop, none."""
+    from tflabench.analysis import sass
+
+    listing = "\n".join([
+        "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+        "        /*0010*/                   HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], R24 ;",
+        "        /*0020*/              @P2  BRA 0x10 ;",
+        "        /*0030*/                   LDG.E R4, [R2] ;",
+        "        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;",
+        "        /*0050*/                   IADD3 R0, R0, 0x1, RZ ;",
+        "        /*0060*/              @P0  BRA 0x40 ;",
+        "        /*0070*/                   IADD3 R5, R5, 0x1, RZ ;",
+        "        /*0080*/              @P1  BRA 0x30 ;",
+        "        /*0090*/                   EXIT ;",
+    ])
+    assert sass.top_loops(sass._instructions(listing)) == [[6, 3], [2, 0]]
+    assert sass.top_loops(sass._instructions(listing.replace("BRA 0x", "BRA.U 0x9"))) == []
+
+
 def test_a_tiling_change_reaches_the_compiled_kernel():
     default = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32")
     wider = resource_rows("--dqk", "32", "--dv", "128", "--chunk", "32", "--set", "num_warps=8")

@@ -26,7 +26,8 @@ def _cuobjdump(cubin: bytes, *flags: str) -> str:
 
 def cubin_resources(cubin: bytes) -> dict:
     """{registers, local_bytes, stack_bytes (per thread), loop_local_bytes (per thread and loop trip),
-    instructions, loop_instructions, inner_loop_instructions (`instruction_counts`)}."""
+    instructions, loop_instructions, inner_loop_instructions (`instruction_counts`), top_loops
+    (`top_loops`)}."""
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     instructions = _instructions(_cuobjdump(cubin, "-sass"))
@@ -34,7 +35,8 @@ def cubin_resources(cubin: bytes) -> dict:
     return {"registers": int(fields.get("REG", 0)), "local_bytes": int(fields.get("LOCAL", 0)),
             "stack_bytes": int(fields.get("STACK", 0)), "loop_local_bytes": _local_bytes(body),
             "instructions": len(instructions), "loop_instructions": len(body),
-            "inner_loop_instructions": len(_body(instructions, _inner_loop(instructions)))}
+            "inner_loop_instructions": len(_body(instructions, _inner_loop(instructions))),
+            "top_loops": top_loops(instructions)}
 
 
 def _instructions(sass: str) -> list[tuple[int, list[str]]]:
@@ -77,6 +79,31 @@ def _inner_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int] | 
     if outer is None:
         return None
     return _widest([loop for loop in loops if loop != outer and outer[0] <= loop[0] and loop[1] <= outer[1]])
+
+
+def _contains(outer: tuple[int, int], inner: tuple[int, int]) -> bool:
+    """Whether loop ``inner`` lies inside loop ``outer`` (and is not it)."""
+    return inner != outer and outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
+def _outermost(loops: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The loops among ``loops`` that none of the others holds."""
+    return [loop for loop in loops if not any(_contains(other, loop) for other in loops)]
+
+
+def top_loops(instructions: list[tuple[int, list[str]]]) -> list[list[int]]:
+    """[body instructions, instructions of the loops directly inside it] of each loop that no other loop
+    holds, widest first: a kernel's tile loops (one per compiled copy: the output kernel's query tiles)
+    with the head-dim block loops inside them, and the block loops beside them (the Qbar C blocks before
+    the output kernel's key/value loop, the gradient kernels' inter-chunk blocks after their partner loop).
+    A head-dim block loop of several trips stays a loop in the SASS (32-wide blocks at 96/96: two and
+    three trips), while one of a single trip is folded into the code around it."""
+    loops = sorted(set(_loops(instructions)))
+    rows = []
+    for loop in _outermost(loops):
+        nested = _outermost([inner for inner in loops if _contains(loop, inner)])
+        rows.append([len(_body(instructions, loop)), sum(len(_body(instructions, inner)) for inner in nested)])
+    return sorted(rows, reverse=True)
 
 
 def _body(instructions: list[tuple[int, list[str]]], loop: tuple[int, int] | None) -> list[list[str]]:

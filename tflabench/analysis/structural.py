@@ -150,7 +150,10 @@ class Launch:
     are multiplied by), over `loop_copies` copies of that loop in the compiled code (the output kernel's
     query tiles, unrolled, each with its own key/value loop); `inner_trips` the trips of a loop inside the
     outermost one per trip of it, where `loop_trips` counts those inner trips in all (the recurrences'
-    sub-chunks within their loop over the chunks). `walk`: (kind, L, Dqk, Dv) of the step of a
+    sub-chunks within their loop over the chunks); `block_trips` the trips of its head-dim block loops (the
+    output kernel's Dqk blocks after the first, the gradient kernels' blocks of the other head dim), which the
+    compiled code keeps as loops inside its tile loops and beside them where they make several trips
+    (`sass.top_loops`). `walk`: (kind, L, Dqk, Dv) of the step of a
     launch whose programs walk the chunks in order, one step per loop trip (`Rates.walk_step`). `chains`:
     the independent accumulator chains of tile products a program interleaves; the calibration times one
     chain per program, and c programs of n chains each get the product rate of c x n programs
@@ -178,6 +181,7 @@ class Launch:
     loop_trips: float = 1.0
     loop_copies: int = 1
     inner_trips: int = 1
+    block_trips: int = 1
     compiled: dict | None = None
     walk: tuple[str, int, int, int] | None = None
     chains: int = 1
@@ -396,36 +400,64 @@ def spilled_bytes(launch: Launch) -> float:
     return launch.compiled["loop_local_bytes"] * 32 * launch.warps * launch.loop_trips
 
 
-def issued_instructions(counts: dict, trips: float, copies: int = 1, inner_trips: int = 1) -> float:
+def issued_instructions(counts: dict, trips: float, copies: int = 1, inner_trips: int = 1,
+                        block_trips: int = 1) -> float:
     """Instructions one warp issues in a kernel of compiled ``counts`` (`sass.cubin_resources`:
-    ``instructions``, ``loop_instructions``, ``inner_loop_instructions``) whose outermost loop makes
-    ``trips`` trips over ``copies`` compiled copies of it: all of them, and the loop's body once more for
-    each further trip. Where that loop holds an inner one of ``inner_trips`` trips per outer trip (``trips``
-    then counting the inner trips in all), the outer body's own instructions once more per further outer
-    trip and the inner body's per further inner trip (counts without the inner loop's figure: the outer
-    body per trip)."""
+    ``instructions``, ``loop_instructions``, ``inner_loop_instructions``, ``top_loops``) whose outermost
+    loop makes ``trips`` trips over ``copies`` compiled copies of it: all of them, and the loop's body once
+    more for each further trip. Where that loop holds an inner one of ``inner_trips`` trips per outer trip
+    (``trips`` then counting the inner trips in all), the outer body's own instructions once more per further
+    outer trip and the inner body's per further inner trip (counts without the inner loop's figure: the outer
+    body per trip). Head-dim block loops of ``block_trips`` trips (`block_loop_instructions`) issue their
+    bodies that many times, not once."""
     inner = counts.get("inner_loop_instructions") if inner_trips > 1 else None
+    blocks = block_loop_instructions(counts, trips, copies, block_trips)
     if inner is None:
-        return counts["instructions"] + max(0.0, trips - copies) * counts["loop_instructions"]
+        return counts["instructions"] + max(0.0, trips - copies) * counts["loop_instructions"] + blocks
     outer_trips = trips / inner_trips
     return (counts["instructions"] + max(0.0, outer_trips - copies) * (counts["loop_instructions"] - inner)
-            + max(0.0, trips - copies) * inner)
+            + max(0.0, trips - copies) * inner + blocks)
+
+
+def block_loop_instructions(counts: dict, trips: float, copies: int, block_trips: int) -> float:
+    """The instructions a warp issues in the further trips of a kernel's head-dim block loops of
+    ``block_trips`` trips each: what counting each loop's body once leaves out (`block_loop_bodies`: the
+    loops beside the tile loops once per program, those inside them once per tile trip). 0 for block loops
+    of one trip, and for counts without ``top_loops``."""
+    beside, inside = block_loop_bodies(counts, copies)
+    return max(0, block_trips - 1) * (beside + trips * inside)
+
+
+def block_loop_bodies(counts: dict, copies: int) -> tuple[float, float]:
+    """(instructions of the loops beside the kernel's ``copies`` tile loops, of those inside one trip of a
+    tile loop, averaged over its copies), from the compiled ``top_loops`` (`sass.top_loops`, widest first:
+    the tile loops); (0, 0) without them."""
+    loops = counts.get("top_loops")
+    if not loops:
+        return 0.0, 0.0
+    tile_loops = loops[:copies]
+    return (float(sum(body for body, _ in loops[copies:])),
+            sum(nested for _, nested in tile_loops) / len(tile_loops))
 
 
 def program_instructions(launch: Launch) -> float:
     """Instructions each warp of one program issues (`issued_instructions` of its compiled kernel over
-    `Launch.loop_trips` and `Launch.loop_copies`); 0 without compiled instruction counts."""
+    `Launch.loop_trips`, `Launch.loop_copies` and its block loops' `Launch.block_trips`); 0 without compiled
+    instruction counts."""
     if launch.compiled is None or "instructions" not in launch.compiled:
         return 0.0
-    return issued_instructions(launch.compiled, launch.loop_trips, launch.loop_copies, launch.inner_trips)
+    return issued_instructions(launch.compiled, launch.loop_trips, launch.loop_copies, launch.inner_trips,
+                               launch.block_trips)
 
 
 def further_trip_instructions(launch: Launch) -> float:
-    """The part of `program_instructions` that the outermost loop's trips beyond its compiled copies issue;
-    0 without compiled instruction counts."""
+    """The part of `program_instructions` that the outermost loop's trips beyond its compiled copies issue
+    (their block loops' trips included); 0 without compiled instruction counts."""
     if launch.compiled is None or "instructions" not in launch.compiled:
         return 0.0
-    return max(0.0, launch.loop_trips - launch.loop_copies) * launch.compiled["loop_instructions"]
+    further = max(0.0, launch.loop_trips - launch.loop_copies)
+    _, inside = block_loop_bodies(launch.compiled, launch.loop_copies)
+    return further * (launch.compiled["loop_instructions"] + max(0, launch.block_trips - 1) * inside)
 
 
 def warps_per_scheduler(launch: Launch, concurrency: int) -> float:
@@ -803,7 +835,7 @@ def _output_launch(problem: Problem, tiling, state_bytes: int, reload_query: boo
     launch = Launch("output", programs, t.out_num_warps, t.out_num_stages, t.block_q * t.out_block_v,
                     (t.block_q * t.block_qk + t.out_block_kv * (t.block_qk + t.out_block_v)) * e,
                     kernel="chunk_outputs_kernel", chains=chains, loop_trips=kv_tiles,
-                    loop_copies=t.out_q_tiles)
+                    loop_copies=t.out_q_tiles, block_trips=qk_blocks - 1)
     launch.dot(t.block_q, t.out_block_v, t.block_qk, qk_blocks * t.out_q_tiles)
     launch.dot(t.block_q, t.out_block_kv, t.block_qk, qk_blocks * kv_tiles,
                streamed=2 if reload_query or qk_blocks > 1 else 1)
@@ -859,7 +891,8 @@ def _gradient_launch(name: str, problem: Problem, tiling, state_bytes: int, kern
     stages = t.dv_stages if name == "dV" else t.num_stages
     launch = Launch(name, programs, t.num_warps, stages, rows * (out_block + partner),
                     (rows * loop_block + partner * loop_block + partner * out_block) * e,
-                    kernel=f"chunk_{name.lower()}_kernel", loop_trips=partner_tiles, trip_chains=stages)
+                    kernel=f"chunk_{name.lower()}_kernel", loop_trips=partner_tiles, trip_chains=stages,
+                    block_trips=loop_blocks)
     launch.dot(rows, partner, loop_block, partner_tiles * loop_blocks, streamed=2 if loop_blocks > 1 else 1)
     launch.dot(rows, out_block, partner, partner_tiles, streamed=1)
     launch.dot(rows, out_block, loop_block, loop_blocks)
