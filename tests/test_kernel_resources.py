@@ -236,3 +236,34 @@ def test_the_table_holds_fused_chunks_backward_below_xl_chunks_chunk_sizes(kerne
         assert chunk < min(kr.TABLE_CHUNKS["xl_chunk"])
         assert {config[2:4] for config in configs if config[0] == "xl_chunk" and config[4] == chunk
                 and config[5] is None and config[6] is None} == set(kr.TABLE_HEAD_DIMS)
+
+
+NARROW = "block_qk=32,block_v=32,out_block_v=32,dv_block_v=32,state_block_qk=32,state_block_v=32"
+
+
+def test_the_kernels_with_block_loops_of_several_trips_are_chosen_by_their_tiling(kernel_resources_module):
+    """32-wide blocks at 96/96: every block loop makes two or three trips; today's default at 128/128 (one
+    128-wide block each) none; at 144/144 (two masked blocks) the gradient kernels', not the output kernel's
+    (its loop starts at the second Dqk block: one trip); the fused forward has none."""
+    kr = kernel_resources_module
+    assert kr._block_loop_kernels(("xl_chunk", "sig", 96, 96, 128, None, NARROW)) == set(kr.BLOCK_LOOP_KERNELS)
+    assert kr._block_loop_kernels(("xl_chunk", "sig", 128, 128, 128, None, None)) == set()
+    assert kr._block_loop_kernels(("xl_chunk", "exp", 144, 144, 128, None, None)) == {
+        "chunk_dq_kernel", "chunk_dk_kernel", "chunk_dv_kernel"}
+    assert kr._block_loop_kernels(("fused_chunk", "sig", 144, 144, 64, None, None)) == set()
+
+
+def test_a_sweep_configs_tilings_are_the_entries_its_predictions_need(kernel_resources_module, tmp_path):
+    """`--sweep-config`: each (variant, head dims, chunk size) of our TFLA kernels with a tiling other than the
+    default, at today's kernels version; a config of default tilings needs none."""
+    from tflabench.kernels.mlstm.tilings import KERNELS_VERSION
+
+    kr = kernel_resources_module
+    config = tmp_path / "sweep.toml"
+    config.write_text('[sweep]\nkernels = ["tflabench.mlstm_sig.xl_chunk"]\nseq_len = [1024]\ntokens = 4096\n'
+                      'head_configs = [[4, 96, 96]]\nchunk_size = [64, 128]\nmode = ["fwd", "fwdbw"]\n'
+                      f'tilings = ["default", "{NARROW}"]\n')
+    assert kr._sweep_tilings(config) == [("xl_chunk", "sig", 96, 96, chunk, KERNELS_VERSION, NARROW)
+                                         for chunk in (64, 128)]
+    config.write_text(config.read_text().replace(f', "{NARROW}"', ""))
+    assert kr._sweep_tilings(config) == []
