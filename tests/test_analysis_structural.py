@@ -810,6 +810,20 @@ def test_head_dim_block_loops_issue_their_bodies_once_per_trip():
     assert _launch(problem, "xl_chunk", 128, "output").block_trips == 0  # one masked 128-wide Dqk block
 
 
+def test_a_block_loop_inside_the_tile_loop_leaves_one_chain_to_issue():
+    """Our output kernel's score products and H += S V issue as two chains, except where a head-dim block loop
+    of several trips sits inside its key/value loop (its trips wait for their products): then as one."""
+    problem = structural.Problem(16, 4096, 24, 96, 96)
+    tiling = "block_qk=32,block_v=32,out_block_v=32,dv_block_v=32,state_block_qk=32,state_block_v=32"
+    output = _launch(problem, "xl_chunk", 128, "output", tiling)
+    output.compiled = {"instructions": 2640, "loop_instructions": 776,
+                       "top_loops": [[776, 64], [776, 64], [116, 0], [116, 0]]}
+    assert output.chains == 2 and structural.issue_chains(output) == 1
+    output.compiled["top_loops"] = [[776, 0], [776, 0], [116, 0], [116, 0]]
+    assert structural.issue_chains(output) == 2
+    assert structural.issue_chains(dataclasses.replace(output, block_trips=1, compiled=None)) == 2
+
+
 def test_walks_whose_own_kernel_spilled_are_left_out(rates):
     """A calibrated walk whose walk kernel spilled registers times its own spills: the nearest spill-free
     walk of the kind stands in for it, and a kind with spilling walks only has no step."""

@@ -587,15 +587,27 @@ def issue_seconds(launch: Launch, rates: Rates, rounds: int, concurrency: int) -
     """Seconds the busiest SM's warps take to issue the launch's instructions one after another: its
     ``rounds`` of ``concurrency`` programs x the instructions of one warp (`program_instructions`) x the
     calibrated seconds per instruction (`Rates.instruction_seconds`). A program of n independent chains of
-    products (`Launch.chains`) counts as n warps each issuing 1/n of them, as the chains count as programs
+    products (`issue_chains`) counts as n warps each issuing 1/n of them, as the chains count as programs
     for the product rate. The further trips of a loop whose trips do not wait on each other
     (`Launch.trip_chains` = k > 1) count the same way once more: as k chains, each issuing 1/k of them
     (the calibrated price is a recurrence's, whose steps wait on each other)."""
-    warps = warps_per_scheduler(launch, concurrency) * launch.chains
+    chains = issue_chains(launch)
+    warps = warps_per_scheduler(launch, concurrency) * chains
     instructions, k = program_instructions(launch), launch.trip_chains
     further = further_trip_instructions(launch) if k > 1 else 0.0
-    return rounds * ((instructions - further) / launch.chains * rates.instruction_seconds(warps)
-                     + further / (launch.chains * k) * rates.instruction_seconds(warps * k))
+    return rounds * ((instructions - further) / chains * rates.instruction_seconds(warps)
+                     + further / (chains * k) * rates.instruction_seconds(warps * k))
+
+
+def issue_chains(launch: Launch) -> int:
+    """The independent chains of products a program's warps issue side by side (`Launch.chains`), one
+    where a head-dim block loop of several trips sits inside its tile loop (`block_loop_bodies`): each trip
+    of that loop waits for its products to finish before the next (the 32-wide output kernel's key/value
+    loop holds four warpgroup waits where the 64-wide one holds one), so the score chain of a key tile
+    cannot run beside H += S V."""
+    if launch.compiled and launch.block_trips > 1 and block_loop_bodies(launch.compiled, launch.loop_copies)[1]:
+        return 1
+    return launch.chains
 
 
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
