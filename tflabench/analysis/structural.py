@@ -41,8 +41,10 @@ its spills), the calibrated seconds per step of the nearest walk (`calibrate_blo
 and, with a calibration that times the issue of instructions and compiled instruction counts, the time at
 least launch + P * per_program + ceil(n / c) * instructions of one warp / chains * t(c * warps / 4 *
 chains): the rounds of programs issue their warps' instructions (the compiled kernel's, its loop body once
-more per further trip) at the calibrated seconds per instruction t of a walk's warp with as many warps per
-scheduler (`issue_seconds`; the masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes).
+more per further trip, its head-dim block loops' bodies once per trip, `block_loop_instructions`) at the
+calibrated seconds per instruction t of a walk's warp with as many warps per scheduler (`issue_seconds`; the
+masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes), the chains one where a block loop
+sits inside the tile loop (`issue_chains`).
 
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
