@@ -64,6 +64,14 @@ def test_sass_instructions_are_counted_in_all_and_in_the_outermost_loop():
         "        /*0070*/                   BRA 0x0 ;",
     ])
     assert sass.instruction_counts(retry_stub) == (8, 4, 0)
+    self_retry = "\n".join([  # a wait's retry stub after the last EXIT that branches to itself: no loop
+        listing,
+        "        /*0050*/                   EXIT ;",
+        "        /*0060*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4], RZ ;",
+        "        /*0070*/              @!P1 BRA 0x60 ;",
+    ])
+    assert sass.instruction_counts(self_retry) == (8, 4, 0)
+    assert sass.top_loops(sass._instructions(self_retry)) == [[4, 0]]
 
 
 def test_a_loop_inside_the_outermost_loop_is_counted_on_its_own():

@@ -52,13 +52,15 @@ def _opcode(words: list[str]) -> str:
 
 def _loops(instructions: list[tuple[int, list[str]]]) -> list[tuple[int, int]]:
     """(first, last) address of each loop: a range between a backward branch and its target that holds no
-    EXIT. (The retry stubs of tensor-descriptor waits sit after the kernel's EXIT and branch back into its
-    body: no loop.)"""
+    EXIT and does not lie after the kernel's last EXIT. (The retry stubs of tensor-descriptor waits sit
+    after the kernel's EXIT and branch back into its body, or to themselves: no loop.)"""
     branch = re.compile(r"BRA(?:\.\w+)*\s+0x([0-9a-f]+)")
     exits = [address for address, words in instructions if _opcode(words).split(".")[0] == "EXIT"]
     loops = [(int(target, 16), address) for address, words in instructions
              for target in branch.findall(" ".join(words)) if int(target, 16) < address]
-    return [(start, end) for start, end in loops if not any(start <= exit <= end for exit in exits)]
+    last_exit = max(exits, default=None)
+    return [(start, end) for start, end in loops if not any(start <= exit <= end for exit in exits)
+            and (last_exit is None or start < last_exit)]
 
 
 def _widest(loops: list[tuple[int, int]]) -> tuple[int, int] | None:
