@@ -255,32 +255,44 @@ def _table_arguments(algorithm: str, variant: str, dqk: int, dv: int, chunk: int
 RECURRENCE_KERNELS = ("chunk_states_kernel", "chunk_state_grads_kernel", "chunk_states_dq_kernel")
 
 
-def _inner_loop_counts(*config) -> tuple[str, dict[str, int]]:
-    """(table key, {recurrence kernel: the instructions of its sub-chunk loop}) of one configuration, its
-    recurrences alone compiled."""
-    counts = {}
+def _kernel_figures(config: tuple, kernels: set[str], figure: str) -> tuple[str, dict]:
+    """(table key, {kernel: its `resources` ``figure``}) of one configuration, the first launch of each of
+    ``kernels`` alone compiled."""
+    found = {}
     for launch in _launches(_table_arguments(*config[:5]), _table_tiling(*config)):
         name = launch.kernel.fn.__name__
-        if name in RECURRENCE_KERNELS and name not in counts:
-            counts[name] = resources(launch)["inner_loop_instructions"]
-    return _table_key(*config), counts
+        if name in kernels and name not in found:
+            found[name] = resources(launch)[figure]
+    print(_table_key(*config), flush=True)
+    return _table_key(*config), found
+
+
+def _add_kernel_figures(path: Path, configs: list[tuple], kernels_of, figure: str) -> None:
+    """Set ``figure`` in the table's entries of ``configs``, for the kernels ``kernels_of(config)`` names,
+    compiling those kernels alone; the rest of each entry is what it was (the same compiler gives the same
+    counts). Configurations without an entry, or without such kernels, are not compiled."""
+    table = structural.read_compiled_resources(path)
+    jobs = []
+    for config in configs:
+        kernels = set(kernels_of(config))
+        if kernels and _table_key(*config) in table["entries"]:
+            jobs.append((config, kernels, figure))
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        found = pool.starmap(_kernel_figures, jobs)
+    for key, figures in found:
+        kernels = table["entries"][key]["kernels"]
+        for name, value in figures.items():
+            if name in kernels:
+                kernels[name][figure] = value
+    _write_table(path, table)
 
 
 def add_inner_loop_counts(path: Path = TABLE_PATH) -> None:
     """Add ``inner_loop_instructions`` to the recurrences of the table's entries whose chunks hold several
-    sub-chunks (chunk > block_state), compiling those kernels alone (a few minutes); the rest of each entry
-    is what it was (the same compiler gives the same counts)."""
+    sub-chunks (chunk > block_state), compiling those kernels alone (a few minutes)."""
     configs = [config for config in _table_configs()
                if config[0] != "fused_chunk" and config[4] > _table_tiling(*config).block_state]
-    with multiprocessing.Pool(os.cpu_count()) as pool:
-        found = pool.starmap(_inner_loop_counts, configs)
-    table = structural.read_compiled_resources(path)
-    for key, counts in found:
-        kernels = table["entries"].get(key, {}).get("kernels", {})
-        for name, inner in counts.items():
-            if name in kernels:
-                kernels[name]["inner_loop_instructions"] = inner
-    _write_table(path, table)
+    _add_kernel_figures(path, configs, lambda _config: RECURRENCE_KERNELS, "inner_loop_instructions")
 
 
 #: the kernels with head-dim block loops, and the blocks of the tiling (head dim, block field) they walk
@@ -301,33 +313,11 @@ def _block_loop_kernels(config: tuple) -> set[str]:
     return {name for name, count in trips.items() if count >= 2}
 
 
-def _top_loop_counts(*config) -> tuple[str, dict[str, list]]:
-    """(table key, {kernel: its `sass.top_loops`}) of one configuration, the kernels with block loops of
-    several trips alone compiled."""
-    wanted, counts = _block_loop_kernels(config), {}
-    for launch in _launches(_table_arguments(*config[:5]), _table_tiling(*config)):
-        name = launch.kernel.fn.__name__
-        if name in wanted and name not in counts:
-            counts[name] = resources(launch)["top_loops"]
-    print(_table_key(*config), flush=True)
-    return _table_key(*config), counts
-
-
 def add_top_loops(path: Path = TABLE_PATH) -> None:
     """Add ``top_loops`` to the kernels of the table's entries whose head-dim block loops make several trips
-    (`_block_loop_kernels`), compiling those kernels alone; the rest of each entry is what it was. A kernel
-    without the figure counts its block loops once (`structural.block_loop_instructions`)."""
-    table = structural.read_compiled_resources(path)
-    configs = [config for config in _table_configs()
-               if _table_key(*config) in table["entries"] and _block_loop_kernels(config)]
-    with multiprocessing.Pool(os.cpu_count()) as pool:
-        found = pool.starmap(_top_loop_counts, configs)
-    for key, counts in found:
-        kernels = table["entries"][key]["kernels"]
-        for name, loops in counts.items():
-            if name in kernels:
-                kernels[name]["top_loops"] = loops
-    _write_table(path, table)
+    (`_block_loop_kernels`), compiling those kernels alone. A kernel without the figure counts its block
+    loops once (`structural.block_loop_instructions`)."""
+    _add_kernel_figures(path, _table_configs(), _block_loop_kernels, "top_loops")
 
 
 def _table_key(algorithm: str, variant: str, dqk: int, dv: int, chunk: int,
@@ -468,13 +458,7 @@ def _sweep_tilings(config: Path) -> list[tuple]:
 
 def add_sweep_tilings(config: Path, path: Path = TABLE_PATH) -> None:
     """Compile the entries of a sweep config's tilings (`_sweep_tilings`) and merge them into the table."""
-    configs = _sweep_tilings(config)
-    with multiprocessing.Pool(os.cpu_count()) as pool:
-        compiled = pool.starmap(_table_entry_or_none, configs)
-    table = structural.read_compiled_resources(path)
-    table["entries"].update({_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
-                             if entry is not None})
-    _write_table(path, table)
+    write_table(path, configs=_sweep_tilings(config))
 
 
 def _table_configs() -> list[tuple]:
@@ -506,18 +490,20 @@ def _table_configs() -> list[tuple]:
 
 
 def write_table(path: Path = TABLE_PATH, head_dims: set[tuple[int, int]] | None = None,
-                chunks: set[int] | None = None) -> None:
+                chunks: set[int] | None = None, configs: list[tuple] | None = None) -> None:
     """Compile every configuration of `_table_configs` and write the table as gzipped JSON; with
-    ``head_dims`` or ``chunks``, compile only the configurations at those (Dqk, Dv) pairs and chunk sizes
-    and replace their entries in the table, keeping the others (what a full run writes for them)."""
-    selected = _selected_head_dims(head_dims)
-    configs = [config for config in _table_configs()
-               if config[2:4] in selected and (chunks is None or config[4] in chunks)]
+    ``head_dims`` or ``chunks``, compile only the configurations at those (Dqk, Dv) pairs and chunk sizes,
+    with ``configs`` only those, and replace their entries in the table, keeping the others (what a full
+    run writes for them)."""
+    partial = head_dims is not None or chunks is not None or configs is not None
+    if configs is None:
+        selected = _selected_head_dims(head_dims)
+        configs = [config for config in _table_configs()
+                   if config[2:4] in selected and (chunks is None or config[4] in chunks)]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         compiled = pool.starmap(_table_entry_or_none, configs)
     entries = {_table_key(*config): entry for config, entry in zip(configs, compiled, strict=True)
                if entry is not None}
-    partial = head_dims is not None or chunks is not None
     if os.path.exists(path):  # the reference's entries (`--reference-table`), and the others of a partial run
         kept = structural.read_compiled_resources(path)["entries"]
         entries.update({key: entry for key, entry in kept.items()

@@ -73,6 +73,11 @@ def _outermost_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int
     return _widest(_loops(instructions))
 
 
+def _contains(outer: tuple[int, int], inner: tuple[int, int]) -> bool:
+    """Whether loop ``inner`` lies inside loop ``outer`` (and is not it)."""
+    return inner != outer and outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
 def _inner_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int] | None:
     """(first, last) address of the widest loop inside the outermost one (a state recurrence's loop over
     the sub-chunks of a chunk, within its loop over the chunks); None without one."""
@@ -80,12 +85,7 @@ def _inner_loop(instructions: list[tuple[int, list[str]]]) -> tuple[int, int] | 
     outer = _widest(loops)
     if outer is None:
         return None
-    return _widest([loop for loop in loops if loop != outer and outer[0] <= loop[0] and loop[1] <= outer[1]])
-
-
-def _contains(outer: tuple[int, int], inner: tuple[int, int]) -> bool:
-    """Whether loop ``inner`` lies inside loop ``outer`` (and is not it)."""
-    return inner != outer and outer[0] <= inner[0] and inner[1] <= outer[1]
+    return _widest([loop for loop in loops if _contains(outer, loop)])
 
 
 def _outermost(loops: list[tuple[int, int]]) -> list[tuple[int, int]]:
