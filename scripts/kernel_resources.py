@@ -240,7 +240,8 @@ def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, ve
             "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
             "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"],
             "instructions": row["instructions"], "loop_instructions": row["loop_instructions"],
-            "inner_loop_instructions": row["inner_loop_instructions"], "top_loops": row["top_loops"]})
+            "inner_loop_instructions": row["inner_loop_instructions"], "top_loops": row["top_loops"],
+            "tile_loop_waits": row["tile_loop_waits"]})
     return {"tiling": dataclasses.asdict(resolved), "kernels": kernels}
 
 
@@ -318,6 +319,33 @@ def add_top_loops(path: Path = TABLE_PATH) -> None:
     (`_block_loop_kernels`), compiling those kernels alone. A kernel without the figure counts its block
     loops once (`structural.block_loop_instructions`)."""
     _add_kernel_figures(path, _table_configs(), _block_loop_kernels, "top_loops")
+
+
+#: the kernels whose products the model counts as two chains (`structural.issue_chains`)
+TWO_CHAIN_KERNELS = ("chunk_outputs_kernel", "chunk_dkdv_kernel")
+
+
+def _modelled_configs() -> list[tuple]:
+    """The configurations of `_table_configs` that the model reads for a committed row of our TFLA kernels
+    (the same configuration and tiling, `_table_tiling`) or at today's default tiling."""
+    used = set()
+    for version, (algorithm, variant, dqk, dv, chunk, tiling, _mode) in _committed_rows():
+        if algorithm in TABLE_CHUNKS:
+            try:
+                used.add(((algorithm, variant, dqk, dv, chunk),
+                          _table_tiling(algorithm, variant, dqk, dv, chunk, version, tiling)))
+            except InputError:  # a committed tiling the kernels no longer have
+                continue
+    return [config for config in _table_configs()
+            if config[5:] == (None, None) or (config[:5], _table_tiling(*config)) in used]
+
+
+def add_product_waits(path: Path = TABLE_PATH) -> None:
+    """Add ``tile_loop_waits`` (`sass.product_waits`) to the two-chain kernels (`TWO_CHAIN_KERNELS`) of the
+    entries the model reads (`_modelled_configs`), compiling those kernels alone. A kernel without the
+    figure keeps two chains unless a block loop sits inside its tile loop."""
+    _add_kernel_figures(path, [config for config in _modelled_configs() if config[0] != "fused_chunk"],
+                        lambda _config: TWO_CHAIN_KERNELS, "tile_loop_waits")
 
 
 def _table_key(algorithm: str, variant: str, dqk: int, dv: int, chunk: int,
@@ -565,6 +593,9 @@ def main() -> None:
     parser.add_argument("--block-loops", action="store_true",
                         help="add the loop structure (`sass.top_loops`) of the kernels whose head-dim block "
                              "loops make several trips to the table's entries")
+    parser.add_argument("--product-waits", action="store_true",
+                        help="add the warpgroup waits of the output kernel's tile loop to the entries the "
+                             "model reads for committed rows and today's default tilings")
     parser.add_argument("--sweep-config", type=Path, metavar="TOML",
                         help="add the entries of the tilings a sweep config runs (today's kernels) to the "
                              "table: a held-out run's, before it runs")
@@ -577,6 +608,9 @@ def main() -> None:
         return
     if args.block_loops:
         add_top_loops()
+        return
+    if args.product_waits:
+        add_product_waits()
         return
     head_dims = set(args.head_dims) if args.head_dims else None
     if args.table:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_capture import run_cli
 
-from tflabench.analysis import hardware, model_check, structural
+from tflabench.analysis import hardware, model_check, sass, structural
 from tflabench.analysis.run_data import load_run
 from tflabench.errors import InputError
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling
@@ -822,6 +822,34 @@ def test_a_block_loop_inside_the_tile_loop_leaves_one_chain_to_issue():
     output.compiled["top_loops"] = [[776, 0], [776, 0], [116, 0], [116, 0]]
     assert structural.issue_chains(output) == 2
     assert structural.issue_chains(dataclasses.replace(output, block_trips=1, compiled=None)) == 2
+
+
+def test_an_output_kernel_that_waits_for_its_products_twice_per_trip_issues_one_chain():
+    """The output kernel's two chains issue as one where its compiled key/value loop waits for all its
+    products twice or more per trip (``tile_loop_waits``), whatever its block loops; with one wait they stay
+    two, and the dK/dV kernel's two chains stay two at any count."""
+    problem = structural.Problem(8, 8192, 16, 144, 192, mode="fwdbw")
+    output = _launch(problem, "xl_chunk", 128, "output")
+    output.compiled = {"instructions": 1500, "loop_instructions": 600, "tile_loop_waits": 3}
+    assert output.chains == 2 and structural.issue_chains(output) == 1
+    output.compiled["tile_loop_waits"] = 1
+    assert structural.issue_chains(output) == 2
+    output.compiled.update(top_loops=[[600, 64], [116, 0]], tile_loop_waits=1)
+    assert structural.issue_chains(dataclasses.replace(output, block_trips=2)) == 2  # the count decides
+    small = structural.Problem(8, 8192, 16, 64, 64, mode="fwdbw")
+    dkdv = next(launch for launch in structural.launches(small, "xl_chunk", 128, "fused-dkdv")
+                if launch.kernel == "chunk_dkdv_kernel")
+    dkdv.compiled = {"instructions": 1500, "loop_instructions": 600, "tile_loop_waits": 4}
+    assert dkdv.chains == 2 and structural.issue_chains(dkdv) == 2
+
+
+def test_product_waits_count_the_waits_for_every_outstanding_product():
+    """`sass.product_waits` counts ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` (predicated or not), not the waits that
+    leave products outstanding or other instructions."""
+    body = [["WARPGROUP.DEPBAR.LE", "gsb0,", "0x0"], ["@P0", "WARPGROUP.DEPBAR.LE", "gsb0,", "0x0"],
+            ["WARPGROUP.DEPBAR.LE", "gsb0,", "0x1"], ["WARPGROUP.ARRIVE"], ["HGMMA.64x64x16.F32.BF16", "R24,"]]
+    assert sass.product_waits(body) == 2
+    assert sass.product_waits([]) == 0
 
 
 def test_walks_whose_own_kernel_spilled_are_left_out(rates):

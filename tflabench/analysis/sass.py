@@ -27,7 +27,7 @@ def _cuobjdump(cubin: bytes, *flags: str) -> str:
 def cubin_resources(cubin: bytes) -> dict:
     """{registers, local_bytes, stack_bytes (per thread), loop_local_bytes (per thread and loop trip),
     instructions, loop_instructions, inner_loop_instructions (`instruction_counts`), top_loops
-    (`top_loops`)}."""
+    (`top_loops`), tile_loop_waits (`product_waits` of the outermost loop's body)}."""
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     instructions = _instructions(_cuobjdump(cubin, "-sass"))
@@ -36,7 +36,7 @@ def cubin_resources(cubin: bytes) -> dict:
             "stack_bytes": int(fields.get("STACK", 0)), "loop_local_bytes": _local_bytes(body),
             "instructions": len(instructions), "loop_instructions": len(body),
             "inner_loop_instructions": len(_body(instructions, _inner_loop(instructions))),
-            "top_loops": top_loops(instructions)}
+            "top_loops": top_loops(instructions), "tile_loop_waits": product_waits(body)}
 
 
 def _instructions(sass: str) -> list[tuple[int, list[str]]]:
@@ -130,6 +130,15 @@ def instruction_counts(sass: str) -> tuple[int, int, int]:
     instructions = _instructions(sass)
     inner = _body(instructions, _inner_loop(instructions))
     return len(instructions), len(_loop_body(instructions)), len(inner)
+
+
+def product_waits(body: list[list[str]]) -> int:
+    """The waits for every outstanding warpgroup product (``WARPGROUP.DEPBAR.LE gsb0, 0x0``) among
+    ``body``: in a tile loop, how often per trip its warps stop until all the products they issued are
+    done. 1 in the output kernel's key/value loop at 64/128-128/128; 3-6 where its Dqk blocks are 32 wide
+    or masked 128-wide blocks make several trips (144/144-384/384; results/perf-log.md)."""
+    return sum(1 for words in body if _opcode(words).startswith("WARPGROUP.DEPBAR")
+               and "".join(words[1:]).endswith("gsb0,0x0"))
 
 
 def loop_local_bytes(sass: str) -> int:

@@ -43,8 +43,8 @@ least launch + P * per_program + ceil(n / c) * instructions of one warp / chains
 chains): the rounds of programs issue their warps' instructions (the compiled kernel's, its loop body once
 more per further trip, its head-dim block loops' bodies once per trip, `block_loop_instructions`) at the
 calibrated seconds per instruction t of a walk's warp with as many warps per scheduler (`issue_seconds`; the
-masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes), the chains one where a block loop
-sits inside the tile loop (`issue_chains`).
+masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes), the chains one where the tile
+loop waits for all its products twice or more per trip, or a block loop sits inside it (`issue_chains`).
 
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
@@ -601,15 +601,27 @@ def issue_seconds(launch: Launch, rates: Rates, rounds: int, concurrency: int) -
                      + further / (chains * k) * rates.instruction_seconds(warps * k))
 
 
+#: waits for all of a program's outstanding products per trip of its tile loop (`sass.product_waits`) from
+#: which its chains of products issue as one (`issue_chains`)
+SERIAL_PRODUCT_WAITS = 2
+
+
 def issue_chains(launch: Launch) -> int:
     """The independent chains of products a program's warps issue side by side (`Launch.chains`), one
-    where a head-dim block loop of several trips sits inside its tile loop (`block_loop_bodies`): each trip
-    of that loop waits for its products to finish before the next (the 32-wide output kernel's key/value
-    loop holds four warpgroup waits where the 64-wide one holds one), so the score chain of a key tile
-    cannot run beside H += S V."""
-    if launch.compiled and launch.block_trips > 1 and block_loop_bodies(launch.compiled, launch.loop_copies)[1]:
-        return 1
-    return launch.chains
+    where its compiled tile loop waits for all of its outstanding products `SERIAL_PRODUCT_WAITS` or more
+    times per trip (``tile_loop_waits`` of the output kernel: its key/value loop waits once at
+    64/128-128/128, 3-6 times at Dqk 144-512 and in 32-wide Dqk blocks) or, in entries without that count,
+    where a head-dim block loop of several trips sits inside the tile loop (`block_loop_bodies`): the score
+    chain of a key tile then cannot run beside H += S V. The dK/dV kernel's two chains (dK's and dV's
+    products) keep their count: its loop waits 2-5 times per trip wherever it is compiled, and counted as one
+    chain it raised the run medians of 27 committed runs (results/perf-log.md)."""
+    compiled = launch.compiled or {}
+    if "tile_loop_waits" in compiled and launch.kernel == "chunk_outputs_kernel":
+        serial = compiled["tile_loop_waits"] >= SERIAL_PRODUCT_WAITS
+    else:
+        serial = bool(compiled) and launch.block_trips > 1 and bool(block_loop_bodies(compiled,
+                                                                                      launch.loop_copies)[1])
+    return 1 if serial else launch.chains
 
 
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
