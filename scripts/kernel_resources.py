@@ -33,6 +33,10 @@ the sub-chunk loop's once per sub-chunk; `structural.issued_instructions`), comp
 `--block-loops` adds the loop structure of the output and gradient kernels whose head-dim block loops make
 several trips (`sass.top_loops`: 32-wide blocks at 96/96, two 128-wide value blocks at Dv 256), compiling
 those kernels alone (the structural model counts those loops' trips; `structural.block_loop_instructions`).
+`--product-waits` adds the waits for all outstanding warpgroup products in each output and dK/dV kernel's
+outermost loop (`sass.product_waits`; the output kernel issues its chains as one from two such waits per
+trip, `structural.issue_chains`) to the entries the model reads for committed rows and today's default
+tilings, compiling those kernels alone (about 20 minutes on two cores).
 `--sweep-config FILE` adds the entries of the tilings a sweep config runs, so that a held-out run's predictions
 (`scripts/holdout_predictions.py`) have them before it runs.
 `--reference-table` adds the launches of the reference kernel (mlstm_kernels' mLSTMsig xl_chunk, captured
