@@ -598,8 +598,8 @@ def main() -> None:
                         help="add the loop structure (`sass.top_loops`) of the kernels whose head-dim block "
                              "loops make several trips to the table's entries")
     parser.add_argument("--product-waits", action="store_true",
-                        help="add the warpgroup waits of the output kernel's tile loop to the entries the "
-                             "model reads for committed rows and today's default tilings")
+                        help="add the warpgroup product waits of the output and dK/dV kernels' tile loops to "
+                             "the entries the model reads for committed rows and today's default tilings")
     parser.add_argument("--sweep-config", type=Path, metavar="TOML",
                         help="add the entries of the tilings a sweep config runs (today's kernels) to the "
                              "table: a held-out run's, before it runs")

@@ -847,7 +847,8 @@ def test_product_waits_count_the_waits_for_every_outstanding_product():
     """`sass.product_waits` counts ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` (predicated or not), not the waits that
     leave products outstanding or other instructions."""
     body = [["WARPGROUP.DEPBAR.LE", "gsb0,", "0x0"], ["@P0", "WARPGROUP.DEPBAR.LE", "gsb0,", "0x0"],
-            ["WARPGROUP.DEPBAR.LE", "gsb0,", "0x1"], ["WARPGROUP.ARRIVE"], ["HGMMA.64x64x16.F32.BF16", "R24,"]]
+            ["WARPGROUP.DEPBAR.LE", "gsb0,", "0x1"], ["WARPGROUP.ARRIVE"],
+            ["HGMMA.64x64x16.F32.BF16", "R24,"]]
     assert sass.product_waits(body) == 2
     assert sass.product_waits([]) == 0
 

@@ -254,7 +254,8 @@ def test_the_kernels_with_block_loops_of_several_trips_are_chosen_by_their_tilin
     128-wide block each) none; at 144/144 (two masked blocks) the gradient kernels', not the output kernel's
     (its loop starts at the second Dqk block: one trip); the fused forward has none."""
     kr = kernel_resources_module
-    assert kr._block_loop_kernels(("xl_chunk", "sig", 96, 96, 128, None, NARROW)) == set(kr.BLOCK_LOOP_KERNELS)
+    narrow = ("xl_chunk", "sig", 96, 96, 128, None, NARROW)
+    assert kr._block_loop_kernels(narrow) == set(kr.BLOCK_LOOP_KERNELS)
     assert kr._block_loop_kernels(("xl_chunk", "sig", 128, 128, 128, None, None)) == set()
     assert kr._block_loop_kernels(("xl_chunk", "exp", 144, 144, 128, None, None)) == {
         "chunk_dq_kernel", "chunk_dk_kernel", "chunk_dv_kernel"}
@@ -262,8 +263,8 @@ def test_the_kernels_with_block_loops_of_several_trips_are_chosen_by_their_tilin
 
 
 def test_a_sweep_configs_tilings_are_the_entries_its_predictions_need(kernel_resources_module, tmp_path):
-    """`--sweep-config`: each (variant, head dims, chunk size) of our TFLA kernels with a tiling other than the
-    default, at today's kernels version; a config of default tilings needs none."""
+    """`--sweep-config`: each (variant, head dims, chunk size) of our TFLA kernels with a tiling other than
+    the default, at today's kernels version; a config of default tilings needs none."""
     from tflabench.kernels.mlstm.tilings import KERNELS_VERSION
 
     kr = kernel_resources_module

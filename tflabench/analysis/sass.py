@@ -104,7 +104,8 @@ def top_loops(instructions: list[tuple[int, list[str]]]) -> list[list[int]]:
     rows = []
     for loop in _outermost(loops):
         nested = _outermost([inner for inner in loops if _contains(loop, inner)])
-        rows.append([len(_body(instructions, loop)), sum(len(_body(instructions, inner)) for inner in nested)])
+        inside = sum(len(_body(instructions, inner)) for inner in nested)
+        rows.append([len(_body(instructions, loop)), inside])
     return sorted(rows, reverse=True)
 
 
@@ -135,8 +136,8 @@ def instruction_counts(sass: str) -> tuple[int, int, int]:
 def product_waits(body: list[list[str]]) -> int:
     """The waits for every outstanding warpgroup product (``WARPGROUP.DEPBAR.LE gsb0, 0x0``) among
     ``body``: in a tile loop, how often per trip its warps stop until all the products they issued are
-    done. 1 in the output kernel's key/value loop at 64/128-128/128; 3-6 where its Dqk blocks are 32 wide
-    or masked 128-wide blocks make several trips (144/144-384/384; results/perf-log.md)."""
+    done. 1 in the output kernel's key/value loop at 64/128-128/128; 3-7 where its Dqk blocks are 32 wide
+    or masked 128-wide blocks make several trips (Dqk 144-512; results/perf-log.md)."""
     return sum(1 for words in body if _opcode(words).startswith("WARPGROUP.DEPBAR")
                and "".join(words[1:]).endswith("gsb0,0x0"))
 

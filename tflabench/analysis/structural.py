@@ -610,17 +610,18 @@ def issue_chains(launch: Launch) -> int:
     """The independent chains of products a program's warps issue side by side (`Launch.chains`), one
     where its compiled tile loop waits for all of its outstanding products `SERIAL_PRODUCT_WAITS` or more
     times per trip (``tile_loop_waits`` of the output kernel: its key/value loop waits once at
-    64/128-128/128, 3-6 times at Dqk 144-512 and in 32-wide Dqk blocks) or, in entries without that count,
+    64/128-128/128, 3-7 times at Dqk 144-512 and in 32-wide Dqk blocks) or, in entries without that count,
     where a head-dim block loop of several trips sits inside the tile loop (`block_loop_bodies`): the score
     chain of a key tile then cannot run beside H += S V. The dK/dV kernel's two chains (dK's and dV's
     products) keep their count: its loop waits 2-5 times per trip wherever it is compiled, and counted as one
     chain it raised the run medians of 27 committed runs (results/perf-log.md)."""
-    compiled = launch.compiled or {}
-    if "tile_loop_waits" in compiled and launch.kernel == "chunk_outputs_kernel":
+    compiled = launch.compiled
+    if not compiled:
+        return launch.chains
+    if launch.kernel == "chunk_outputs_kernel" and "tile_loop_waits" in compiled:
         serial = compiled["tile_loop_waits"] >= SERIAL_PRODUCT_WAITS
     else:
-        serial = bool(compiled) and launch.block_trips > 1 and bool(block_loop_bodies(compiled,
-                                                                                      launch.loop_copies)[1])
+        serial = launch.block_trips > 1 and block_loop_bodies(compiled, launch.loop_copies)[1] > 0
     return 1 if serial else launch.chains
 
 
