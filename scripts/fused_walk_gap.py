@@ -8,7 +8,10 @@ BV, warps), at one and two programs per SM, the seconds per step of
   sequence (B = 1, H = programs: q, k, v rows and gates strided by H) and as sequences of one head (B =
   programs, H = 1: contiguous rows and gates);
 
-and the structural model's step for the kernel at each layout (`structural.launch_time`'s terms divided by
+each timed with its launch's CPU time hidden behind a GPU sleep queued before the start event
+(`HiddenLaunchTimer`, as the harness hides it behind its L2 flush), the walks also with the calibration's
+`calibrate_blocks.Timer` (``*_calibration_timer``: the CPU time of the launch included where the GPU waits for
+it); and the structural model's step for the kernel at each layout (`structural.launch_time`'s terms divided by
 the steps of one program). Writes a JSON list (GPU):
 
     python scripts/fused_walk_gap.py $OUT/fused-walk-gap.json
@@ -17,6 +20,7 @@ the steps of one program). Writes a JSON list (GPU):
 import dataclasses
 import json
 import math
+import statistics
 import sys
 
 import torch
@@ -32,6 +36,32 @@ SHAPES = (("fused", 16, 64, 64, 4), ("fused", 32, 64, 64, 4), ("fused", 64, 64, 
           ("fused_exp", 16, 128, 64, 8), ("fused_exp", 64, 64, 64, 8))
 PROGRAMS_PER_SM = (1, 2)
 STEPS = 256
+#: GPU clock cycles of the sleep queued before each timed call: about 1 ms, longer than any call's CPU time
+SLEEP_CYCLES = 2_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class HiddenLaunchTimer:
+    """Median seconds of a callable from CUDA events, a GPU sleep queued before the start event so that the
+    GPU reaches it only after the CPU has issued the call."""
+
+    repeats: int
+    warmup: int = 2
+
+    def __call__(self, fn) -> float:
+        for _ in range(self.warmup):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(self.repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(SLEEP_CYCLES)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
 
 
 def kernel_inputs(batch: int, heads: int, chunk: int, dqk: int, dv: int) -> tuple[torch.Tensor, ...]:
@@ -74,7 +104,8 @@ def model_step(rates: structural.Rates, kind: str, chunk: int, dqk: int, dv: int
 def main(path: str) -> None:
     base = calibrate_blocks.BlockSizes()
     limits = calibrate_blocks.DeviceLimits.of(base.device)
-    timer = calibrate_blocks.Timer.of(base)
+    calibration_timer = calibrate_blocks.Timer.of(base)
+    timer = HiddenLaunchTimer(base.repeats)
     rates = structural.load_rates(sys.argv[2]) if len(sys.argv) > 2 else None
     rows = []
     for kind, chunk, dqk, dv, warps in SHAPES:
@@ -88,6 +119,7 @@ def main(path: str) -> None:
                 launch = calibrate_blocks._walk_launch(walk, programs, sizes)
                 compiled = launch()
                 row[name] = timer(launch) / sizes.walk_steps
+                row[name.removesuffix("_s") + "_calibration_timer_s"] = calibration_timer(launch) / sizes.walk_steps
                 row["walk_registers"] = compiled.n_regs
             row["kernel_strided_step_s"] = kernel_step(timer, kind, chunk, dqk, dv, warps, 1, programs)
             row["kernel_contiguous_step_s"] = kernel_step(timer, kind, chunk, dqk, dv, warps, programs, 1)
