@@ -123,6 +123,8 @@ def main(path: str) -> None:
                 row["walk_registers"] = compiled.n_regs
             row["kernel_strided_step_s"] = kernel_step(timer, kind, chunk, dqk, dv, warps, 1, programs)
             row["kernel_contiguous_step_s"] = kernel_step(timer, kind, chunk, dqk, dv, warps, programs, 1)
+            row["kernel_strided_calibration_timer_step_s"] = kernel_step(calibration_timer, kind, chunk, dqk, dv,
+                                                                         warps, 1, programs)
             if rates is not None:
                 row |= model_step(rates, kind, chunk, dqk, dv, warps, 1, programs)
             rows.append(row)
