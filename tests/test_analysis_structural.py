@@ -133,6 +133,9 @@ def test_predict_command_prints_the_best_and_json():
     payload = json.loads(run_cli([*args, "--mode", "fwdbw", "--variant", "exp", "--json"])[1])
     assert payload["best"]["ms"] == min(p["ms"] for p in payload["predictions"])
     assert {p["algorithm"] for p in payload["predictions"]} == {"xl_chunk", "fused_chunk"}
+    for launch in payload["best"]["launches"]:
+        terms = ("compute_ms", "memory_ms", "issue_ms", "exposed_load_ms", "overhead_ms")
+        assert all(launch[term] >= 0 for term in terms) and launch["ms"] >= launch["overhead_ms"]
     kept = json.loads(run_cli([*args, "--mode", "fwdbw", "--variant", "exp", "--tiling", "keep-states",
                                "--json"])[1])
     assert kept["tiling"] == "keep-states" and payload["tiling"] == "default"
@@ -841,6 +844,28 @@ def test_an_output_kernel_that_waits_for_its_products_twice_per_trip_issues_one_
                 if launch.kernel == "chunk_dkdv_kernel")
     dkdv.compiled = {"instructions": 1500, "loop_instructions": 600, "tile_loop_waits": 4}
     assert dkdv.chains == 2 and structural.issue_chains(dkdv) == 2
+
+
+def test_a_one_stage_output_kernel_takes_at_least_the_load_steps_its_waits_expose(rates):
+    """A one-stage output kernel with its compiled waits for all its products takes at least its rounds x
+    (Qbar C's Dqk blocks + its key/value trips x the waits per trip) x the calibrated load step; a
+    two-stage one, another kernel and an entry without the count take none."""
+    step = structural.READ_IN_FLIGHT_BYTES / (rates.memory("token_read_one_per_sm") / rates.sm_count)
+    assert rates.load_step_seconds == pytest.approx(step)
+    tiling = "block_qk=32,block_v=32,out_block_v=32,dv_block_v=32,state_block_qk=32,state_block_v=32"
+    problem = structural.Problem(8, 8192, 12, 192, 256, variant="exp")
+    output = _launch(problem, "xl_chunk", 64, "output", tiling)
+    assert output.stages == 1 and output.block_trips == 5  # six 32-wide Dqk blocks
+    output.compiled = {"registers": 168, "shared_bytes": 40_000, "stack_bytes": 0, "loop_local_bytes": 0,
+                       "tile_loop_waits": 7}
+    timed = structural.launch_time(output, rates)
+    rounds = math.ceil(math.ceil(output.programs / rates.sm_count) / timed.concurrency)
+    assert timed.exposed_load_s == pytest.approx(rounds * (6 + output.loop_trips * 7) * step)
+    assert timed.seconds == pytest.approx(timed.overhead_s + timed.exposed_load_s)
+    uncounted = {key: value for key, value in output.compiled.items() if key != "tile_loop_waits"}
+    for changed in (dataclasses.replace(output, stages=2), dataclasses.replace(output, compiled=uncounted),
+                    dataclasses.replace(output, kernel="chunk_dkdv_kernel")):
+        assert structural.launch_time(changed, rates).exposed_load_s == 0
 
 
 def test_product_waits_count_the_waits_for_every_outstanding_product():

@@ -46,6 +46,12 @@ calibrated seconds per instruction t of a walk's warp with as many warps per sch
 masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes), the chains one where the tile
 loop waits for all its products twice or more per trip, or a block loop sits inside it (`issue_chains`).
 
+and, for the output kernel of one pipeline stage with its compiled waits for all of its products, the time at
+least launch + P * per_program + ceil(n / c) * (Qbar C's Dqk blocks + trips * waits per trip) * step: in a
+one-stage loop each of those waits also waits for the load issued just before it (the next Dqk block's),
+so each exposes one load step, the calibrated latency of a load step (`Rates.load_step_seconds`,
+`exposed_load_seconds`).
+
 with every other rate the per-SM share (whole-GPU figure / S); dot_rate the calibrated product with both
 operands loaded for each product, or with the left one loaded once where it stays on chip (`Launch.dot`),
 timed in a loop of two pipeline stages, or of one for a launch of one stage (calibrations with those figures),
@@ -315,6 +321,13 @@ class Rates:
         full = self.memory(f"{pattern}_read") / min(active_sms or self.sm_count, self.sm_count)
         return min(full, self.hbm_latency_read(in_flight_bytes, pattern))
 
+    @property
+    def load_step_seconds(self) -> float:
+        """Seconds of one load step of a program that waits for its loads: the calibration's
+        one-program-per-SM token read, `READ_IN_FLIGHT_BYTES` per step at its per-SM rate (0.95 us on the
+        H200)."""
+        return READ_IN_FLIGHT_BYTES / (self.memory("token_read_one_per_sm") / self.sm_count)
+
     def hbm_latency_read(self, in_flight_bytes: float, pattern: str = "token") -> float:
         """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM where the
         bandwidth does not bind. Little's law: at a fixed latency the rate grows with the bytes in flight;
@@ -520,6 +533,7 @@ class LaunchTime:
     overhead_s: float
     pipelined: bool = False
     issue_s: float = 0.0
+    exposed_load_s: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -529,12 +543,13 @@ class LaunchTime:
         overlaps them within each program, but not fully (the loop's first loads, its last tile's work and
         the dependent products of one tile are not hidden): sqrt(compute^2 + memory^2), the larger term
         when one dominates, 1.41x it when they are equal (docs/performance-model.md). At least `issue_s`,
-        the time the warps take to issue their instructions one after another."""
+        the time the warps take to issue their instructions one after another, and `exposed_load_s`, the
+        load steps its waits expose one after another."""
         if self.pipelined:
             work = math.hypot(self.compute_s, self.memory_s)
         else:
             work = max(self.compute_s, self.memory_s) + min(self.compute_s, self.memory_s) / self.concurrency
-        return self.overhead_s + max(work, self.issue_s)
+        return self.overhead_s + max(work, self.issue_s, self.exposed_load_s)
 
 
 def active_sms(launch: Launch, rates: Rates) -> int:
@@ -625,6 +640,30 @@ def issue_chains(launch: Launch) -> int:
     return 1 if serial else launch.chains
 
 
+#: kernels whose waits for all of their products each expose one load step in a loop of one pipeline stage
+#: (`exposed_load_seconds`): the output kernel. Not the dK/dV kernel: its waits hide their loads behind its
+#: four products per query tile (with the floor, 7 committed runs' medians rose; results/perf-log.md)
+EXPOSED_LOAD_KERNELS = ("chunk_outputs_kernel",)
+
+
+def exposed_load_seconds(launch: Launch, rates: Rates, rounds: int) -> float:
+    """Seconds of the load steps a one-stage output kernel's waits expose one after another: its ``rounds``
+    of programs x (Qbar C's Dqk blocks, one wait each, + its key/value loop's trips x the compiled waits for
+    all of its products per trip, ``tile_loop_waits``) x `Rates.load_step_seconds`. In a one-stage loop the
+    next Dqk block's load is issued one block ahead, beside products too small to hide it (the 32-wide
+    blocks' two 64 x 64 x 16 products), so each wait also waits for that load; the products of today's
+    default tilings take longer than a load step per wait, and the floor stays below their other terms
+    (results/perf-log.md, "Model: a one-stage output kernel's waits expose its loads"). 0 for other kernels,
+    launches of two or more stages and compiled entries without the count."""
+    compiled = launch.compiled
+    if (launch.kernel not in EXPOSED_LOAD_KERNELS or launch.stages >= 2 or not compiled
+            or "tile_loop_waits" not in compiled):
+        return 0.0
+    qk_blocks = launch.block_trips + 1
+    waits = qk_blocks + launch.loop_trips * compiled["tile_loop_waits"]
+    return rounds * waits * rates.load_step_seconds
+
+
 def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     """The launch's time on the calibrated GPU (module docstring)."""
     sms = rates.sm_count
@@ -655,7 +694,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     waves = math.ceil(launch.programs / (sms * resident))
     issue = issue_seconds(launch, rates, rounds, concurrency)
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
-                      pipelined=launch.stages >= 2, issue_s=issue)
+                      pipelined=launch.stages >= 2, issue_s=issue,
+                      exposed_load_s=exposed_load_seconds(launch, rates, rounds))
 
 
 # ---------------------------------------------------------------------------------------------- launches
