@@ -641,8 +641,9 @@ def issue_chains(launch: Launch) -> int:
 
 
 #: kernels whose waits for all of their products each expose one load step in a loop of one pipeline stage
-#: (`exposed_load_seconds`): the output kernel. Not the dK/dV kernel: its waits hide their loads behind its
-#: four products per query tile (with the floor, 7 committed runs' medians rose; results/perf-log.md)
+#: (`exposed_load_seconds`): the output kernel. Not the dK/dV kernel, whose one-stage loop waits 2-5 times per
+#: trip too: with the floor 7 committed runs' medians rose, so its waits do not each expose a load
+#: (results/perf-log.md)
 EXPOSED_LOAD_KERNELS = ("chunk_outputs_kernel",)
 
 
@@ -650,11 +651,11 @@ def exposed_load_seconds(launch: Launch, rates: Rates, rounds: int) -> float:
     """Seconds of the load steps a one-stage output kernel's waits expose one after another: its ``rounds``
     of programs x (Qbar C's Dqk blocks, one wait each, + its key/value loop's trips x the compiled waits for
     all of its products per trip, ``tile_loop_waits``) x `Rates.load_step_seconds`. In a one-stage loop the
-    next Dqk block's load is issued one block ahead, beside products too small to hide it (the 32-wide
-    blocks' two 64 x 64 x 16 products), so each wait also waits for that load; the products of today's
-    default tilings take longer than a load step per wait, and the floor stays below their other terms
-    (results/perf-log.md, "Model: a one-stage output kernel's waits expose its loads"). 0 for other kernels,
-    launches of two or more stages and compiled entries without the count."""
+    next Dqk block's load is issued one block ahead, beside the few products of one block (two 64 x 64 x 16 in
+    32-wide blocks, four in the defaults' 64- and 128-wide ones), too few to hide it, so each wait also waits
+    for that load. It binds in 32-wide blocks at Dqk >= 160 and, of today's default tilings, at Dqk 192 and
+    L >= 256; held out at both (results/perf-log.md, "Model: a one-stage output kernel's waits expose its
+    loads"). 0 for other kernels, launches of two or more stages and compiled entries without the count."""
     compiled = launch.compiled
     if (launch.kernel not in EXPOSED_LOAD_KERNELS or launch.stages >= 2 or not compiled
             or "tile_loop_waits" not in compiled):
