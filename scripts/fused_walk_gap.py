@@ -1,5 +1,5 @@
-"""Where the fused forward's chunk step and the calibration's fused walk part: per walk shape (variant, L, Dqk,
-BV, warps), at one and two programs per SM, the seconds per step of
+"""Where the fused forward's chunk step and the calibration's fused walk part: per walk shape (variant, L,
+Dqk, BV, warps), at one and two programs per SM, the seconds per step of
 
 - the walk (`calibrate_blocks._walk_kernel`, the fused kernels' own step code) over L2-resident tiles (the
   calibration's) and over tiles read once from HBM (``walk_slots`` 0);
@@ -9,10 +9,10 @@ BV, warps), at one and two programs per SM, the seconds per step of
   programs, H = 1: contiguous rows and gates);
 
 each timed with its launch's CPU time hidden behind a GPU sleep queued before the start event
-(`HiddenLaunchTimer`, as the harness hides it behind its L2 flush), the walks also with the calibration's
-`calibrate_blocks.Timer` (``*_calibration_timer``: the CPU time of the launch included where the GPU waits for
-it); and the structural model's step for the kernel at each layout (`structural.launch_time`'s terms divided by
-the steps of one program). Writes a JSON list (GPU):
+(`calibrate_blocks.Timer` with ``hide_launch``, as the harness hides it behind its L2 flush), the walks and
+the B = 1 kernel also with the calibration's timer (``*_calibration_timer*``: the CPU time of the launch
+included where the GPU waits for it); and the structural model's step for the kernel at each layout
+(`structural.launch_time`'s terms divided by the steps of one program). Writes a JSON list (GPU):
 
     python scripts/fused_walk_gap.py $OUT/fused-walk-gap.json
 """
@@ -20,7 +20,6 @@ the steps of one program). Writes a JSON list (GPU):
 import dataclasses
 import json
 import math
-import statistics
 import sys
 
 import torch
@@ -36,32 +35,6 @@ SHAPES = (("fused", 16, 64, 64, 4), ("fused", 32, 64, 64, 4), ("fused", 64, 64, 
           ("fused_exp", 16, 128, 64, 8), ("fused_exp", 64, 64, 64, 8))
 PROGRAMS_PER_SM = (1, 2)
 STEPS = 256
-#: GPU clock cycles of the sleep queued before each timed call: about 1 ms, longer than any call's CPU time
-SLEEP_CYCLES = 2_000_000
-
-
-@dataclasses.dataclass(frozen=True)
-class HiddenLaunchTimer:
-    """Median seconds of a callable from CUDA events, a GPU sleep queued before the start event so that the
-    GPU reaches it only after the CPU has issued the call."""
-
-    repeats: int
-    warmup: int = 2
-
-    def __call__(self, fn) -> float:
-        for _ in range(self.warmup):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(self.repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(SLEEP_CYCLES)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(times)
 
 
 def kernel_inputs(batch: int, heads: int, chunk: int, dqk: int, dv: int) -> tuple[torch.Tensor, ...]:
@@ -105,7 +78,7 @@ def main(path: str) -> None:
     base = calibrate_blocks.BlockSizes()
     limits = calibrate_blocks.DeviceLimits.of(base.device)
     calibration_timer = calibrate_blocks.Timer.of(base)
-    timer = HiddenLaunchTimer(base.repeats)
+    timer = dataclasses.replace(calibration_timer, hide_launch=True)
     rates = structural.load_rates(sys.argv[2]) if len(sys.argv) > 2 else None
     rows = []
     for kind, chunk, dqk, dv, warps in SHAPES:
@@ -119,12 +92,13 @@ def main(path: str) -> None:
                 launch = calibrate_blocks._walk_launch(walk, programs, sizes)
                 compiled = launch()
                 row[name] = timer(launch) / sizes.walk_steps
-                row[name.removesuffix("_s") + "_calibration_timer_s"] = calibration_timer(launch) / sizes.walk_steps
+                calibration_step = calibration_timer(launch) / sizes.walk_steps
+                row[name.removesuffix("_s") + "_calibration_timer_s"] = calibration_step
                 row["walk_registers"] = compiled.n_regs
             row["kernel_strided_step_s"] = kernel_step(timer, kind, chunk, dqk, dv, warps, 1, programs)
             row["kernel_contiguous_step_s"] = kernel_step(timer, kind, chunk, dqk, dv, warps, programs, 1)
-            row["kernel_strided_calibration_timer_step_s"] = kernel_step(calibration_timer, kind, chunk, dqk, dv,
-                                                                         warps, 1, programs)
+            row["kernel_strided_calibration_timer_step_s"] = kernel_step(calibration_timer, kind, chunk, dqk,
+                                                                         dv, warps, 1, programs)
             if rates is not None:
                 row |= model_step(rates, kind, chunk, dqk, dv, warps, 1, programs)
             rows.append(row)

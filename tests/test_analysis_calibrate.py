@@ -287,3 +287,21 @@ def test_blocks_are_stored_beside_the_ceilings(tmp_path, monkeypatch):
     provenance = {"git": {"commit": "abc"}, "command": "tflabench calibrate"}
     hardware.save_measured_ceilings("h100", ceilings, {"dot": []}, provenance)
     assert json.loads((tmp_path / "h100-sxm.json").read_text())["provenance"] == provenance
+
+def test_the_timer_can_hide_the_launch_behind_a_gpu_sleep():
+    """`BlockSizes.hide_launch` reaches the timer; on the CPU it changes nothing (the wall clock times the
+    call itself)."""
+    assert calibrate_blocks.Timer.of(calibrate_blocks.BlockSizes(hide_launch=True)).hide_launch
+    assert not calibrate_blocks.Timer.of(calibrate_blocks.BlockSizes.tiny()).hide_launch
+    timer = calibrate_blocks.Timer("cpu", repeats=3, warmup=0, hide_launch=True)
+    assert timer(lambda: sum(range(1000))) > 0
+
+
+@pytest.mark.gpu
+def test_a_hidden_launch_is_not_timed():
+    """With the launch's issue hidden behind a GPU sleep, a tiny launch times less than on an idle GPU, whose
+    sample waits for the CPU to issue it."""
+    x = torch.zeros(16, device="cuda")
+    plain = calibrate_blocks.Timer("cuda", repeats=20)(lambda: x.add_(1))
+    hidden = calibrate_blocks.Timer("cuda", repeats=20, hide_launch=True)(lambda: x.add_(1))
+    assert hidden < plain
