@@ -136,6 +136,7 @@ def test_predict_command_prints_the_best_and_json():
     for launch in payload["best"]["launches"]:
         terms = ("compute_ms", "memory_ms", "issue_ms", "exposed_load_ms", "overhead_ms")
         assert all(launch[term] >= 0 for term in terms) and launch["ms"] >= launch["overhead_ms"]
+        assert launch["bound"] in ("compute", "memory", "issue", "exposed loads")
     kept = json.loads(run_cli([*args, "--mode", "fwdbw", "--variant", "exp", "--tiling", "keep-states",
                                "--json"])[1])
     assert kept["tiling"] == "keep-states" and payload["tiling"] == "default"
@@ -862,10 +863,22 @@ def test_a_one_stage_output_kernel_takes_at_least_the_load_steps_its_waits_expos
     rounds = math.ceil(math.ceil(output.programs / rates.sm_count) / timed.concurrency)
     assert timed.exposed_load_s == pytest.approx(rounds * (6 + output.loop_trips * 7) * step)
     assert timed.seconds == pytest.approx(timed.overhead_s + timed.exposed_load_s)
+    assert timed.bound == "exposed loads"
     uncounted = {key: value for key, value in output.compiled.items() if key != "tile_loop_waits"}
     for changed in (dataclasses.replace(output, stages=2), dataclasses.replace(output, compiled=uncounted),
                     dataclasses.replace(output, kernel="chunk_dkdv_kernel")):
         assert structural.launch_time(changed, rates).exposed_load_s == 0
+
+
+def test_a_launch_names_the_term_that_sets_its_time():
+    """`LaunchTime.bound`: a floor above compute and memory combined names itself (the larger floor), else
+    the larger of compute and memory."""
+    base = structural.LaunchTime("x", 264, 2, 2, 1, compute_s=2e-3, memory_s=1e-3, overhead_s=1e-5)
+    assert base.bound == "compute"
+    assert dataclasses.replace(base, memory_s=3e-3).bound == "memory"
+    assert dataclasses.replace(base, issue_s=3e-3, exposed_load_s=2e-3).bound == "issue"
+    assert dataclasses.replace(base, issue_s=2e-3, exposed_load_s=4e-3).bound == "exposed loads"
+    assert dataclasses.replace(base, issue_s=2.4e-3).bound == "compute"  # below 2 ms + 1 ms / 2
 
 
 def test_product_waits_count_the_waits_for_every_outstanding_product():

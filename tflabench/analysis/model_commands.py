@@ -49,8 +49,9 @@ def predict(
     best = predictions[0].ms
     for prediction in [*predictions, *references]:
         slowest = max(prediction.launches, key=lambda launch: launch.seconds)
+        slowest_text = f"{slowest.name} {slowest.seconds * 1e3:.3f} ms ({slowest.bound})"
         table.add_row(prediction.algorithm, str(prediction.chunk), f"{prediction.ms:.3f}",
-                      f"{prediction.ms / best:.2f}", f"{slowest.name} {slowest.seconds * 1e3:.3f} ms",
+                      f"{prediction.ms / best:.2f}", slowest_text,
                       ", ".join(weak[prediction.algorithm, prediction.chunk]) or "-")
     console.print(table)
     console.print(f"predicted best: {predictions[0].algorithm} at L = {predictions[0].chunk} "
@@ -109,7 +110,7 @@ def _prediction_json(prediction: structural.Prediction) -> dict:
                       "waves": launch.waves, "compute_ms": launch.compute_s * 1e3,
                       "memory_ms": launch.memory_s * 1e3, "issue_ms": launch.issue_s * 1e3,
                       "exposed_load_ms": launch.exposed_load_s * 1e3, "overhead_ms": launch.overhead_s * 1e3,
-                      "ms": launch.seconds * 1e3} for launch in prediction.launches],
+                      "ms": launch.seconds * 1e3, "bound": launch.bound} for launch in prediction.launches],
     }
 
 

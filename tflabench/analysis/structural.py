@@ -545,11 +545,23 @@ class LaunchTime:
         when one dominates, 1.41x it when they are equal (docs/performance-model.md). At least `issue_s`,
         the time the warps take to issue their instructions one after another, and `exposed_load_s`, the
         load steps its waits expose one after another."""
+        return self.overhead_s + max(self._work_s, self.issue_s, self.exposed_load_s)
+
+    @property
+    def _work_s(self) -> float:
+        """compute and memory combined (`seconds`)."""
         if self.pipelined:
-            work = math.hypot(self.compute_s, self.memory_s)
-        else:
-            work = max(self.compute_s, self.memory_s) + min(self.compute_s, self.memory_s) / self.concurrency
-        return self.overhead_s + max(work, self.issue_s, self.exposed_load_s)
+            return math.hypot(self.compute_s, self.memory_s)
+        return max(self.compute_s, self.memory_s) + min(self.compute_s, self.memory_s) / self.concurrency
+
+    @property
+    def bound(self) -> str:
+        """The term that sets the launch's time past its overheads: "issue" (the issue floor), "exposed
+        loads" (`exposed_load_seconds`), else "compute" or "memory", the larger of the two."""
+        floor = max(self.issue_s, self.exposed_load_s)
+        if floor > self._work_s:
+            return "issue" if self.issue_s >= self.exposed_load_s else "exposed loads"
+        return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
 def active_sms(launch: Launch, rates: Rates) -> int:
