@@ -4,9 +4,9 @@ Dqk, BV, warps), at one and two programs per SM, the seconds per step of
 - the walk (`calibrate_blocks._walk_kernel`, the fused kernels' own step code) over L2-resident tiles (the
   calibration's) and over tiles read once from HBM (``walk_slots`` 0);
 - the fused forward kernel itself (`mlstm_fused_chunk`, its default tiling with ``block_v`` = Dv and the
-  walk's warps) over T = 256 L tokens, one value block per program, with its programs as heads of one
-  sequence (B = 1, H = programs: q, k, v rows and gates strided by H) and as sequences of one head (B =
-  programs, H = 1: contiguous rows and gates);
+  walk's warps) over T = 256 L tokens of the harness's inputs (`profile_forward.make_inputs`), one value
+  block per program, with its programs as heads of one sequence (B = 1, H = programs: q, k, v rows and gates
+  strided by H) and as sequences of one head (B = programs, H = 1: contiguous rows and gates);
 
 each timed with its launch's CPU time hidden behind a GPU sleep queued before the start event
 (`calibrate_blocks.Timer` with ``hide_launch``, as the harness hides it behind its L2 flush), the walks and
@@ -23,6 +23,7 @@ import math
 import sys
 
 import torch
+from profile_forward import make_inputs
 
 from tflabench.analysis import calibrate_blocks, structural
 from tflabench.kernels.mlstm.fused_chunk import FusedTiling, mlstm_fused_chunk
@@ -37,23 +38,12 @@ PROGRAMS_PER_SM = (1, 2)
 STEPS = 256
 
 
-def kernel_inputs(batch: int, heads: int, chunk: int, dqk: int, dv: int) -> tuple[torch.Tensor, ...]:
-    """bf16 randn q, k, v [B, T, H, D] and fp32 gate pre-activations [B, T, H] (forget gates near +3), T =
-    `STEPS` chunks."""
-    shape = (batch, STEPS * chunk, heads)
-    q, k = (torch.randn(*shape, dqk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    v = torch.randn(*shape, dv, device="cuda", dtype=torch.bfloat16)
-    i = torch.randn(*shape, device="cuda")
-    f = torch.randn(*shape, device="cuda") + 3.0
-    return q, k, v, i, f
-
-
 def kernel_step(timer, kind: str, chunk: int, dqk: int, dv: int, warps: int, batch: int, heads: int) -> float:
     """Seconds per chunk step of the fused forward with B = ``batch``, H = ``heads`` (one program each)."""
     variant = "exp" if kind == "fused_exp" else "sig"
     tiling = dataclasses.replace(FusedTiling.default(chunk, dqk, dv, variant=variant), block_v=dv,
                                  num_warps=warps)
-    q, k, v, i, f = kernel_inputs(batch, heads, chunk, dqk, dv)
+    q, k, v, i, f = make_inputs(batch, STEPS * chunk, heads, dqk, dv)
     with torch.no_grad():
         seconds = timer(lambda: mlstm_fused_chunk(q, k, v, i, f, variant=variant, chunk_size=chunk,
                                                   normalize=None, eps=1e-6, tiling=tiling))

@@ -326,7 +326,7 @@ class Rates:
         """Seconds of one load step of a program that waits for its loads: the calibration's
         one-program-per-SM token read, `READ_IN_FLIGHT_BYTES` per step at its per-SM rate (0.95 us on the
         H200)."""
-        return READ_IN_FLIGHT_BYTES / (self.memory("token_read_one_per_sm") / self.sm_count)
+        return READ_IN_FLIGHT_BYTES / self.hbm_latency_read(READ_IN_FLIGHT_BYTES)
 
     def hbm_latency_read(self, in_flight_bytes: float, pattern: str = "token") -> float:
         """Per-SM HBM read rate with ``in_flight_bytes`` of loads issued per step on the SM where the
