@@ -297,6 +297,27 @@ def test_the_timer_can_hide_the_launch_behind_a_gpu_sleep():
     assert timer(lambda: sum(range(1000))) > 0
 
 
+def test_the_timer_can_flush_as_the_harness_does():
+    """`BlockSizes.flush_bytes` reaches the timer; on the CPU it changes nothing (no flush buffer)."""
+    assert calibrate_blocks.Timer.of(calibrate_blocks.BlockSizes(flush_bytes=2**20)).flush_bytes == 2**20
+    assert calibrate_blocks.Timer.of(calibrate_blocks.BlockSizes.tiny()).flush_bytes == 0
+    timer = calibrate_blocks.Timer("cpu", repeats=3, warmup=0, flush_bytes=2**20)
+    assert timer(lambda: sum(range(1000))) > 0
+
+
+@pytest.mark.gpu
+def test_the_flushed_timer_hides_the_launch_and_evicts_the_l2():
+    """Timed as the harness times a call, a tiny launch times less than on an idle GPU (its issue is hidden
+    behind the flush), and a read of a 16 MB buffer, L2-resident after the warm-up, takes longer than with
+    the launch hidden behind a sleep (the flush evicted it)."""
+    x = torch.zeros(16, device="cuda")
+    flushed = calibrate_blocks.Timer("cuda", repeats=20, flush_bytes=256 * 10**6)
+    assert flushed(lambda: x.add_(1)) < calibrate_blocks.Timer("cuda", repeats=20)(lambda: x.add_(1))
+    buffer = torch.ones(4 * 2**20, device="cuda")
+    hidden = calibrate_blocks.Timer("cuda", repeats=20, hide_launch=True)
+    assert flushed(lambda: buffer.sum()) > hidden(lambda: buffer.sum())
+
+
 @pytest.mark.gpu
 def test_a_hidden_launch_is_not_timed():
     """With the launch's issue hidden behind a GPU sleep, a tiny launch times less than on an idle GPU, whose

@@ -39,6 +39,7 @@ tests (its timings mean nothing and are never stored as a calibration).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import multiprocessing
@@ -148,6 +149,7 @@ class BlockSizes:
     burst: int = 100
     repeats: int = 10
     hide_launch: bool = False  # `Timer.hide_launch` (False in the committed calibrations)
+    flush_bytes: int = 0  # `Timer.flush_bytes` (0 in the committed calibrations)
     device: str = "cuda"
 
     @classmethod
@@ -198,25 +200,45 @@ class Timer:
     Each sample starts on an idle GPU, so it also times the CPU's issue of the callable's launches (20-95 us
     per launch, results/h200/fused-walk-gap). ``hide_launch``: a GPU sleep is queued before the start event,
     so the GPU reaches it after the CPU has issued the launches, as the harness hides them behind its L2
-    flush. The committed calibrations were timed without it."""
+    flush. ``flush_bytes``: the samples are timed as the harness times a call (`bench.measure`'s
+    ``time_calls_cuda``): a buffer of that many bytes zeroed before each start event, the samples queued back
+    to back and read after one synchronize, so the CPU issues each launch while the flush runs, the timed
+    work finds the L2 full of the flush's lines and the GPU is never idle between samples. The committed
+    calibrations were timed with neither."""
 
     device: str
     repeats: int
     warmup: int = 2
     hide_launch: bool = False
+    flush_bytes: int = 0
 
     @classmethod
     def of(cls, sizes: BlockSizes) -> Timer:
-        """The timer `measure_blocks` uses for ``sizes``: its device, its timed samples and whether it hides
-        the CPU's issue of each launch."""
-        return cls(sizes.device, sizes.repeats, hide_launch=sizes.hide_launch)
+        """The timer `measure_blocks` uses for ``sizes``: its device, its timed samples and how it starts
+        each sample (`hide_launch`, `flush_bytes`)."""
+        return cls(sizes.device, sizes.repeats, hide_launch=sizes.hide_launch, flush_bytes=sizes.flush_bytes)
 
     def __call__(self, fn: Callable[[], object]) -> float:
         for _ in range(self.warmup):
             fn()
         self._sync()
+        if self.flush_bytes and self.device == "cuda":
+            return statistics.median(self._after_flushes(fn))
         times = [self._once(fn) for _ in range(self.repeats)]
         return statistics.median(times)
+
+    def _after_flushes(self, fn: Callable[[], object]) -> list[float]:
+        """Seconds of each sample queued behind its own flush, read after one synchronize."""
+        flush = _flush_buffer(self.flush_bytes)
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.repeats)]
+        for start, end in events:
+            flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) / 1e3 for start, end in events]
 
     def _once(self, fn: Callable[[], object]) -> float:
         if self.device != "cuda":
@@ -235,6 +257,12 @@ class Timer:
     def _sync(self) -> None:
         if self.device == "cuda":
             torch.cuda.synchronize()
+
+
+@functools.cache
+def _flush_buffer(size: int) -> torch.Tensor:
+    """The bytes `Timer` zeroes before each sample with ``flush_bytes`` (allocated once per size)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 # ---------------------------------------------------------------------------------------------- kernels
