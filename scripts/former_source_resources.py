@@ -98,8 +98,11 @@ def compile_at_commit(worktree: Path, configurations: dict[str, dict]) -> dict[s
         json.dump(configurations, file)
     command = [sys.executable, __file__, "--child", file.name, "--worktree", str(worktree)]
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    output = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
-                            env={**environment, "PYTHONPATH": str(worktree)}, cwd=worktree).stdout
+    try:
+        output = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
+                                env={**environment, "PYTHONPATH": str(worktree)}, cwd=worktree).stdout
+    finally:
+        os.unlink(file.name)
     return json.loads(output.splitlines()[-1])
 
 
