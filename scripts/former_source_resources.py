@@ -24,6 +24,7 @@ reported (today's kernels read it at that version's value).
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import importlib.util
 import inspect
@@ -249,7 +250,7 @@ def main() -> None:
 def _share(commits: dict[str, str], index: int, shares: int) -> list[str]:
     """The commits of share ``index`` of ``shares``: the commits by falling entry count dealt to the share
     with the fewest entries so far."""
-    counts = {commit: list(commits.values()).count(commit) for commit in set(commits.values())}
+    counts = collections.Counter(commits.values())
     dealt: list[list[str]] = [[] for _ in range(shares)]
     for commit in sorted(counts, key=lambda commit: (-counts[commit], commit)):
         min(dealt, key=lambda share: sum(counts[item] for item in share)).append(commit)
