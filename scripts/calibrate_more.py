@@ -1,9 +1,12 @@
 """Measure building blocks a committed calibration lacks, on this GPU, and add them to the file: the
 spill-loop rates (``--spill-loops``: `calibrate_blocks.measure_spill_loops`, one and two 8-warp programs per
 SM, stacks from L1-sized to larger than L2), the walks of `calibrate_blocks.WALK_SHAPES` (``--walks``) and the
-tile products of `calibrate_blocks.DOT_SHAPES` (``--dots``) the file does not have. The rest of the file (the
-median of several machines) is left as it is; each addition's provenance (commit, versions, command, GPU) is
-appended to the file's ``provenance.additions``. On the GPU machine, in the repository root:
+tile products of `calibrate_blocks.DOT_SHAPES` (``--dots``) the file does not have, and the steps of every
+walk of the file with one to four programs per SM (``--walk-levels``: `calibrate_blocks.walk_levels`, the
+median of ``--passes`` passes, one program per SM among them so that a walk's levels come from one machine).
+The rest of the file (the median of several machines) is left as it is; each addition's provenance (commit,
+versions, command, GPU) is appended to the file's ``provenance.additions``. On the GPU machine, in the
+repository root:
 
     python scripts/calibrate_more.py results/calibration/h100-sxm.json --walks --out $OUT/h100-sxm.json
 
@@ -14,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +35,22 @@ def missing(entries: list[dict], names: tuple[str, ...], shapes: tuple) -> tuple
     return tuple(shape for shape in shapes if shape not in have)
 
 
+def add_walk_levels(walks: list[dict], sizes: calibrate_blocks.BlockSizes, limits, timer,
+                    passes: int) -> None:
+    """Each walk's ``levels`` (`calibrate_blocks.walk_levels` at 1-4 programs per SM), per level the median
+    step of ``passes`` passes (each pass times every walk once, so a slow moment of the GPU falls into one
+    pass of each level, not into every pass of one walk)."""
+    sizes = dataclasses.replace(sizes, walk_programs_per_sm=(1, *calibrate_blocks.WALK_PROGRAMS_PER_SM))
+    shapes = [tuple(walk[name] for name in WALK_NAME) for walk in walks]
+    runs = [[calibrate_blocks.walk_levels(shape, sizes, limits, timer) for shape in shapes]
+            for _ in range(passes)]
+    for index, walk in enumerate(walks):
+        levels = [dict(level) for level in runs[0][index]]
+        for number, level in enumerate(levels):
+            level["step_s"] = statistics.median(run[index][number]["step_s"] for run in runs)
+        walk["levels"] = levels
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("calibration", type=Path, help="the calibration file to add the figures to")
@@ -39,6 +59,9 @@ def main() -> None:
                         help="measure (again) the seconds per issued instruction of a walk")
     parser.add_argument("--walks", action="store_true", help="measure the walk shapes the file lacks")
     parser.add_argument("--dots", action="store_true", help="measure the tile products the file lacks")
+    parser.add_argument("--walk-levels", action="store_true",
+                        help="measure every walk's steps with 1-4 programs per SM")
+    parser.add_argument("--passes", type=int, default=3, help="passes of --walk-levels (median kept)")
     parser.add_argument("--out", type=Path, help="where to write the file (default: in place)")
     args = parser.parse_args()
     record = json.loads(args.calibration.read_text())
@@ -62,6 +85,9 @@ def main() -> None:
     if dots:
         blocks["dot"] = blocks["dot"] + calibrate_blocks.measure_dot(sizes, limits, timer)
         added.append("dot")
+    if args.walk_levels:
+        add_walk_levels(blocks["walk"], sizes, limits, timer, args.passes)
+        added.append("walk levels")
     provenance = {"blocks": added, "walk_shapes": [list(shape) for shape in shapes],
                   "dot_shapes": [list(shape) for shape in dots], "seconds": time.perf_counter() - started,
                   **calibration_provenance(command=shlex.join(["python", *sys.argv]))}
@@ -69,12 +95,14 @@ def main() -> None:
     (args.out or args.calibration).write_text(json.dumps(record, indent=2) + "\n")
     name, seconds = provenance["gpu"].get("name", "?"), provenance["seconds"]
     print(f"{name}: {', '.join(added) or 'nothing'}, {seconds:.0f} s")
-    for line in _report(blocks, args.spill_loops, args.issue, len(shapes), len(dots)):
+    for line in _report(blocks, args.spill_loops, args.issue, len(shapes), len(dots), args.walk_levels):
         print(line)
 
 
-def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int) -> list[str]:
-    """One line per measured spill-loop rate, issue level, added walk and added tile product."""
+def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int, walk_levels: bool = False
+            ) -> list[str]:
+    """One line per measured spill-loop rate, issue level, added walk, added tile product and walk's
+    levels."""
     lines = []
     for level in blocks["issue"]["levels"] if issue else []:
         lines.append("issue, {programs_per_sm} programs per SM ({resident} resident): ".format(**level)
@@ -84,6 +112,10 @@ def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int)
     for walk in blocks["walk"][len(blocks["walk"]) - walks:]:
         lines.append("{}: {}, ".format(*walk_step_row(walk))
                      + f"{walk['spill_bytes_per_thread']} spilled bytes per thread")
+    for walk in blocks["walk"] if walk_levels else []:
+        steps = ", ".join(f"{level['programs_per_sm']} ({level['resident']}): {level['step_s'] * 1e6:.3f}"
+                          for level in walk["levels"])
+        lines.append("{}: {}; per programs per SM (resident), us: ".format(*walk_step_row(walk)) + steps)
     for dot in blocks["dot"][len(blocks["dot"]) - dots:]:
         rates = ", ".join(f"{name.removesuffix('flops_per_s') or 'two-stage '}{value / 1e12:.0f}"
                           for name, value in dot.items() if name.endswith("flops_per_s"))

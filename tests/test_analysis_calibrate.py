@@ -69,6 +69,7 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert [(walk["kind"], walk["l"], walk["dqk"], walk["dv"]) for walk in blocks["walk"]] == [
         ("state", 16, 16, 32), ("fused", 16, 16, 32), ("fused_exp", 16, 16, 32)]
     assert all(walk["step_s"] > 0 for walk in blocks["walk"])
+    assert all(walk["levels"] == [] for walk in blocks["walk"])  # the interpreter's launches keep no levels
     assert blocks["issue"] == {"walk": ["state", 16, 16, 32, 4, 1], "steps": 2, "levels": []}  # no SASS
     assert blocks["seconds"] > 0
 

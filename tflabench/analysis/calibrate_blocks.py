@@ -96,6 +96,11 @@ WALK_SHAPES = (
     ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
 )
 
+#: programs per SM, besides one, at which `measure_walks` also times each walk: the fused forwards run two to
+#: four programs per SM at L <= 64, and the committed rows of their 4-warp launches at two per SM imply steps
+#: 1.4-2.0x the one-program step (results/perf-log.md, "the walks side by side")
+WALK_PROGRAMS_PER_SM = (2, 3, 4)
+
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the walk whose instruction stream `measure_issue` times, and
 #: the programs per SM it is timed at (one, two, four and six warps per scheduler; six is as many of the
 #: walk's programs as an SM holds, 78 registers per thread)
@@ -128,6 +133,7 @@ class BlockSizes:
     walk_steps: int = 256
     walk_slots: int = 64
     walk_side_rounds: int = 0  # `_walk_kernel`'s SIDE for state walks (0 in the calibration)
+    walk_programs_per_sm: tuple[int, ...] = WALK_PROGRAMS_PER_SM
     pointwise_tile: tuple[int, int] = (64, 64)
     pointwise_iters: int = 1024
     spill_tile: tuple[int, int] = (256, 256)  # fp32, 4 warps: 512 elements per thread, about half spilled
@@ -161,7 +167,7 @@ class BlockSizes:
                    walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
                    spill_iters=2, spill_loop_launches=((1, 1),), spill_loop_tile=(16, 16),
                    spill_loop_widths=(16, 32, 64), spill_loop_trips=2, issue_walk=("state", 16, 16, 32, 4, 1),
-                   issue_programs_per_sm=(1, 2), programs_per_sm=1,
+                   issue_programs_per_sm=(1, 2), walk_programs_per_sm=(2,), programs_per_sm=1,
                    stream_bytes=2**14, token_shape=(2, 16),
                    token_tile_rows=16, masked_head_dim=12, state_shape=(16, 32), state_tile=(16, 16),
                    launch_programs=4, burst=2, repeats=1, device="cpu")
@@ -509,7 +515,8 @@ def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> list
     `sizes.walk_shapes`, one program per SM (the SMs' programs run side by side and do not meet), cycling
     through `sizes.walk_slots` tiles (on the CPU two), and the walk kernel's own register spills
     (``spill_bytes_per_thread``; a spilling walk times its spills, not the step's latency alone). Kinds:
-    ``state`` (the state recurrence), ``fused`` (mLSTMsig's fused forward), ``fused_exp`` (mLSTMexp's)."""
+    ``state`` (the state recurrence), ``fused`` (mLSTMsig's fused forward), ``fused_exp`` (mLSTMexp's).
+    ``levels``: the same walk with each of `sizes.walk_programs_per_sm` programs per SM (`walk_levels`)."""
     programs = _grid_programs(sizes, limits)[1]
     results = []
     for walk in sizes.walk_shapes:
@@ -518,8 +525,30 @@ def measure_walks(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> list
         spill_bytes = 4 * (getattr(launch(), "n_spills", 0) or 0)  # Triton reports 32-bit words
         results.append({"kind": kind, "l": chunk, "dqk": dqk, "dv": dv, "num_warps": warps,
                         "num_stages": stages, "step_s": timer(launch) / sizes.walk_steps,
-                        "spill_bytes_per_thread": spill_bytes})
+                        "spill_bytes_per_thread": spill_bytes,
+                        "levels": walk_levels(walk, sizes, limits, timer)})
     return results
+
+
+def walk_levels(walk: tuple[str, int, int, int, int, int], sizes: BlockSizes, limits: DeviceLimits,
+                timer: Timer) -> list[dict]:
+    """Per programs per SM of `sizes.walk_programs_per_sm`: ``resident`` (of them at once, from the walk's
+    compiled registers and shared memory) and ``step_s``, the seconds per step of each program (the
+    launch's seconds / its rounds of resident programs / the walk's steps): how much the programs walking
+    side by side on an SM slow each other. On the CPU (interpreter) the launches run and nothing is kept."""
+    levels = []
+    for per_sm in sizes.walk_programs_per_sm:
+        launch = _walk_launch(walk, per_sm * (limits.sm_count if sizes.device == "cuda" else 1), sizes)
+        compiled = launch()
+        seconds = timer(launch)
+        if sizes.device != "cuda":
+            continue
+        resident = min(per_sm, structural.programs_per_sm(
+            compiled.n_regs, compiled.metadata.shared + structural.SHARED_RESERVED_BYTES, walk[4],
+            limits.__dict__))
+        levels.append({"programs_per_sm": per_sm, "resident": resident,
+                       "step_s": seconds / math.ceil(per_sm / resident) / sizes.walk_steps})
+    return levels
 
 
 def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,

@@ -350,12 +350,14 @@ class Rates:
             if item["warps_per_sm"] == level])) for level in levels]
         return _interpolate_log2(warps_per_sm, by_level)
 
-    def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> float:
-        """Seconds per step of one program walking the chunks in order: the calibrated walk of the same
-        kind nearest in log2 (L, Dqk, Dv), a warp count or stage count that differs counting as one doubling;
-        0 when the calibration times no walk of that kind. Walks whose own kernel spilled registers are left
-        out: they time their own spills, which are not the launch's (its spills come from its compiled
-        resources, `spilled_bytes`)."""
+    def walk_step(self, walk: tuple[str, int, int, int], warps: int, stages: int, concurrency: int = 1
+                  ) -> float:
+        """Seconds per step of one program walking the chunks in order, ``concurrency`` programs walking side
+        by side on each SM: the calibrated walk of the same kind nearest in log2 (L, Dqk, Dv), a warp count
+        or stage count that differs counting as one doubling; 0 when the calibration times no walk of that
+        kind. Walks whose own kernel spilled registers are left out: they time their own spills, which are
+        not the launch's (its spills come from its compiled resources, `spilled_bytes`). Its one-program
+        step times `walk_sharing` at ``concurrency``."""
         kind, *shape = walk
         measured = [item for item in self.blocks.get("walk", [])
                     if item["kind"] == kind and not item.get("spill_bytes_per_thread")]
@@ -366,7 +368,8 @@ class Rates:
             gap = _log2_gap(item, ("l", "dqk", "dv"), shape)
             return gap + (item["num_warps"] != warps) + (item["num_stages"] != stages)
 
-        return float(min(measured, key=distance)["step_s"])
+        nearest = min(measured, key=distance)
+        return float(nearest["step_s"]) * walk_sharing(nearest, concurrency)
 
     def instruction_seconds(self, warps_per_scheduler: float) -> float:
         """Seconds one warp takes per instruction it issues in a loop that waits for its own loads and
@@ -377,6 +380,19 @@ class Rates:
         measured = sorted((item["warps_per_scheduler"], item["seconds_per_instruction"])
                           for item in self.blocks.get("issue", {}).get("levels", []))
         return _interpolate_linear(warps_per_scheduler, measured) if measured else 0.0
+
+
+def walk_sharing(walk: dict, concurrency: int) -> float:
+    """How much longer a calibrated walk's step takes with ``concurrency`` programs per SM than with one:
+    its ``levels`` (`calibrate_blocks.walk_levels`), those whose programs were all resident at once,
+    interpolated linearly in the programs per SM (the last such level beyond them), each over the level of
+    one program per SM timed with them (else the walk's ``step_s``); 1 for a walk without levels."""
+    levels = [level for level in walk.get("levels", []) if level["resident"] == level["programs_per_sm"]]
+    if concurrency <= 1 or not levels:
+        return 1.0
+    one = next((level["step_s"] for level in levels if level["programs_per_sm"] == 1), walk["step_s"])
+    points = sorted({1: one, **{level["programs_per_sm"]: level["step_s"] for level in levels}}.items())
+    return _interpolate_linear(concurrency, points) / one
 
 
 # ---------------------------------------------------------------------------------------------- occupancy
@@ -701,7 +717,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     compute += per_sm * program_spills
     memory = memory_seconds(launch, rates, per_sm, concurrency)
     if launch.walk is not None:
-        step = rates.walk_step(launch.walk, launch.warps, launch.stages)
+        step = rates.walk_step(launch.walk, launch.warps, launch.stages, concurrency)
         compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
