@@ -676,6 +676,28 @@ def test_pointwise_work_of_a_launch_that_does_not_fill_the_gpu_runs_at_the_one_p
     assert structural.launch_time(few, slower).compute_s > structural.launch_time(few, rates).compute_s
 
 
+def test_a_walks_step_grows_by_its_levels_with_the_programs_walking_side_by_side():
+    """`walk_sharing`: the step at c programs per SM over the one-program level timed with it (not the
+    walk's median step), linear between levels, the last fully resident level beyond them; levels whose
+    programs were not all resident are left out; no levels, or one program, 1."""
+    levels = [{"programs_per_sm": 1, "resident": 1, "step_s": 2e-6},
+              {"programs_per_sm": 2, "resident": 2, "step_s": 3e-6},
+              {"programs_per_sm": 3, "resident": 3, "step_s": 5e-6},
+              {"programs_per_sm": 4, "resident": 3, "step_s": 9e-6}]
+    walk = {"kind": "fused", "l": 16, "dqk": 64, "dv": 64, "num_warps": 4, "num_stages": 2, "step_s": 1e-6,
+            "levels": levels}
+    assert structural.walk_sharing(walk, 1) == 1.0
+    assert structural.walk_sharing(walk, 2) == pytest.approx(1.5)
+    assert structural.walk_sharing(walk, 3) == pytest.approx(2.5)
+    assert structural.walk_sharing(walk, 4) == pytest.approx(2.5)  # four were never resident at once
+    assert structural.walk_sharing({**walk, "levels": []}, 3) == 1.0
+    without_one = {**walk, "levels": levels[1:]}
+    assert structural.walk_sharing(without_one, 2) == pytest.approx(3.0)  # over the walk's own step
+    rates = structural.Rates({"walk": [walk]})
+    assert rates.walk_step(("fused", 16, 64, 64), 4, 2, concurrency=2) == pytest.approx(1.5e-6)
+    assert rates.walk_step(("fused", 16, 64, 64), 4, 2) == pytest.approx(1e-6)
+
+
 def test_a_walk_of_few_programs_takes_the_latency_of_its_steps(rates):
     """With walks in the calibration, a launch whose programs walk the chunks in order takes at least the
     rounds of programs on an SM x its steps x the nearest calibrated step (same kind); a walk-free
