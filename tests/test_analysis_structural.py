@@ -698,6 +698,29 @@ def test_a_walks_step_grows_by_its_levels_with_the_programs_walking_side_by_side
     assert rates.walk_step(("fused", 16, 64, 64), 4, 2) == pytest.approx(1e-6)
 
 
+def test_a_fused_walk_timed_side_by_side_replaces_the_issue_floor(rates):
+    """A fused forward whose nearest walk has levels takes its walk floor at its programs per SM
+    (`walk_sharing`) in place of the issue floor: the walk runs the kernel's whole step, so it times the
+    warps' issue; a state walk's levels scale its floor and leave the issue floor in place."""
+    problem = structural.Problem(8, 8192, 32, 64, 64)
+    fused = _launch(problem, "fused_chunk", 32, "fused forward")
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["issue"] = {"levels": [{"warps_per_scheduler": w, "seconds_per_instruction": 1e-6} for w in (1, 6)]}
+    blocks["walk"] = [{"kind": "fused", "l": 32, "dqk": 64, "dv": 64, "num_warps": fused.warps,
+                       "num_stages": fused.stages, "step_s": 1e-6}]
+    before = structural.launch_time(fused, structural.Rates(blocks))
+    assert before.issue_s > 0 and before.bound == "issue"  # a microsecond per instruction: the issue binds
+    blocks["walk"][0]["levels"] = [{"programs_per_sm": c, "resident": c, "step_s": c * 1e-6} for c in (1, 2)]
+    walking = structural.Rates(blocks)
+    assert walking.walk_times_issue(fused.walk, fused.warps, fused.stages)
+    after = structural.launch_time(fused, walking)
+    rounds = math.ceil(math.ceil(fused.programs / walking.sm_count) / after.concurrency)
+    assert after.issue_s == 0 and after.concurrency == 2
+    assert after.compute_s >= rounds * fused.loop_trips * 2e-6
+    blocks["walk"][0]["kind"] = "state"
+    assert not structural.Rates(blocks).walk_times_issue(("state", 32, 64, 64), fused.warps, fused.stages)
+
+
 def test_a_walk_of_few_programs_takes_the_latency_of_its_steps(rates):
     """With walks in the calibration, a launch whose programs walk the chunks in order takes at least the
     rounds of programs on an SM x its steps x the nearest calibrated step (same kind); a walk-free

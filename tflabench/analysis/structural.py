@@ -358,18 +358,31 @@ class Rates:
         kind. Walks whose own kernel spilled registers are left out: they time their own spills, which are
         not the launch's (its spills come from its compiled resources, `spilled_bytes`). Its one-program
         step times `walk_sharing` at ``concurrency``."""
+        nearest = self._nearest_walk(walk, warps, stages)
+        if nearest is None:
+            return 0.0
+        return float(nearest["step_s"]) * walk_sharing(nearest, concurrency)
+
+    def walk_times_issue(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> bool:
+        """Whether the calibrated walk `walk_step` takes for ``walk`` times the launch's issue itself: a walk
+        of `WHOLE_STEP_WALKS` timed at several programs per SM (its ``levels``), so its step at the launch's
+        programs per SM is what their warps take to issue a step side by side."""
+        nearest = self._nearest_walk(walk, warps, stages)
+        return walk[0] in WHOLE_STEP_WALKS and nearest is not None and bool(nearest.get("levels"))
+
+    def _nearest_walk(self, walk: tuple[str, int, int, int], warps: int, stages: int) -> dict | None:
+        """The calibrated walk of ``walk``'s kind nearest to it (`walk_step`), None without one."""
         kind, *shape = walk
         measured = [item for item in self.blocks.get("walk", [])
                     if item["kind"] == kind and not item.get("spill_bytes_per_thread")]
         if not measured:
-            return 0.0
+            return None
 
         def distance(item: dict) -> float:
             gap = _log2_gap(item, ("l", "dqk", "dv"), shape)
             return gap + (item["num_warps"] != warps) + (item["num_stages"] != stages)
 
-        nearest = min(measured, key=distance)
-        return float(nearest["step_s"]) * walk_sharing(nearest, concurrency)
+        return min(measured, key=distance)
 
     def instruction_seconds(self, warps_per_scheduler: float) -> float:
         """Seconds one warp takes per instruction it issues in a loop that waits for its own loads and
@@ -380,6 +393,12 @@ class Rates:
         measured = sorted((item["warps_per_scheduler"], item["seconds_per_instruction"])
                           for item in self.blocks.get("issue", {}).get("levels", []))
         return _interpolate_linear(warps_per_scheduler, measured) if measured else 0.0
+
+
+#: walks that run a kernel's whole step (`calibrate_blocks._walk_kernel`): the fused forwards' (their gates, h
+#: and its store, the state update). The state walk leaves out the recurrence's state store, gates and decay,
+#: which take it to 2.0-2.4x the walk floor (results/perf-log.md, "the walks side by side")
+WHOLE_STEP_WALKS = ("fused", "fused_exp")
 
 
 def walk_sharing(walk: dict, concurrency: int) -> float:
@@ -722,6 +741,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     issue = issue_seconds(launch, rates, rounds, concurrency)
+    if launch.walk is not None and rates.walk_times_issue(launch.walk, launch.warps, launch.stages):
+        issue = 0.0  # the walk floor at the launch's programs per SM times the warps' issue
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
                       pipelined=launch.stages >= 2, issue_s=issue,
                       exposed_load_s=exposed_load_seconds(launch, rates, rounds))
