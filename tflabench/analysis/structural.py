@@ -36,7 +36,9 @@ computes, so its SMs do not take over the bandwidth of those that are done;
 and, for a launch whose programs walk the chunks in order (the state recurrences, the fused forward), with
 a calibration that times such walks, compute at least ceil(n / c) * (trips * step + spills): each of the
 rounds of c programs on an SM takes the latency of one program's walk (its steps wait for each other, and for
-its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`).
+its spills), the calibrated seconds per step of the nearest walk (`calibrate_blocks.measure_walks`), with c
+programs walking side by side where the calibration times that (`walk_sharing`); for the fused forwards such
+a walk, their whole step code, stands in for the issue floor below (`Rates.walk_times_issue`).
 
 and, with a calibration that times the issue of instructions and compiled instruction counts, the time at
 least launch + P * per_program + ceil(n / c) * instructions of one warp / chains * t(c * warps / 4 *
