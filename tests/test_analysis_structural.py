@@ -705,7 +705,8 @@ def test_a_fused_walk_timed_side_by_side_replaces_the_issue_floor(rates):
     problem = structural.Problem(8, 8192, 32, 64, 64)
     fused = _launch(problem, "fused_chunk", 32, "fused forward")
     blocks = json.loads(json.dumps(rates.blocks))
-    blocks["issue"] = {"levels": [{"warps_per_scheduler": w, "seconds_per_instruction": 1e-6} for w in (1, 6)]}
+    blocks["issue"] = {"levels": [{"warps_per_scheduler": warps, "seconds_per_instruction": 1e-6}
+                                  for warps in (1, 6)]}
     blocks["walk"] = [{"kind": "fused", "l": 32, "dqk": 64, "dv": 64, "num_warps": fused.warps,
                        "num_stages": fused.stages, "step_s": 1e-6}]
     before = structural.launch_time(fused, structural.Rates(blocks))
