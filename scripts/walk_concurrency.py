@@ -2,15 +2,18 @@
 per SM on this GPU: seconds per step of each program (the launch's seconds / its rounds of resident programs
 / the walk's steps), beside the one-program step the calibration times (`measure_walks`). Does a program's
 step take longer when programs of the same walk share the SM, and by how much at the recurrences' tiles?
-Writes the levels per walk to a JSON file (GPU):
+Writes the levels per walk to a JSON file (GPU); other walks of `calibrate_blocks._walk_kernel` with --walk
+KIND/L/DQK/DV/WARPS/STAGES (repeatable), e.g. the fused walks at Dqk 32, which no calibration times:
 
     python scripts/walk_concurrency.py $OUT/walk-concurrency.json
+    python scripts/walk_concurrency.py $OUT/fused-32.json --walk fused/16/32/32/4/2 \\
+        --walk fused_exp/16/32/32/4/2
 """
 
+import argparse
 import dataclasses
 import json
 import math
-import sys
 
 from tflabench.analysis import calibrate_blocks
 
@@ -21,9 +24,17 @@ WALKS = (("state", 64, 64, 64, 4, 2), ("state", 64, 64, 128, 4, 2), ("state", 12
 PROGRAMS_PER_SM = (1, 2, 3, 4)
 
 
-def main(path: str) -> None:
+def _walk(text: str) -> tuple[str, int, int, int, int, int]:
+    """A --walk value KIND/L/DQK/DV/WARPS/STAGES."""
+    kind, *sizes = text.split("/")
+    if len(sizes) != 5:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KIND/L/DQK/DV/WARPS/STAGES")
+    return (kind, *map(int, sizes))
+
+
+def main(path: str, walks: tuple[tuple[str, int, int, int, int, int], ...]) -> None:
     measured = {}
-    for walk in WALKS:
+    for walk in walks:
         sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), issue_walk=walk,
                                     issue_programs_per_sm=PROGRAMS_PER_SM)
         limits = calibrate_blocks.DeviceLimits.of(sizes.device)
@@ -41,4 +52,9 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("path", help="the JSON file to write")
+    parser.add_argument("--walk", action="append", type=_walk,
+                        help="a walk to time instead of the default ones")
+    args = parser.parse_args()
+    main(args.path, tuple(args.walk or WALKS))
