@@ -94,6 +94,8 @@ WALK_SHAPES = (
     ("fused", 16, 64, 64, 4, 2), ("fused", 32, 64, 64, 4, 2),
     ("fused", 16, 64, 128, 4, 2), ("fused", 32, 64, 128, 4, 2),
     ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
+    ("fused", 16, 32, 32, 4, 2), ("fused", 32, 32, 32, 4, 2), ("fused", 64, 32, 32, 4, 2),
+    ("fused_exp", 16, 32, 32, 4, 2), ("fused_exp", 32, 32, 32, 4, 2), ("fused_exp", 64, 32, 32, 4, 2),
 )
 
 #: programs per SM, besides one, at which `measure_walks` also times each walk: the fused forwards run two to
