@@ -14,7 +14,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 #: walks of `calibrate_blocks.WALK_SHAPES` a committed calibration does not time yet (`calibrate_more.py
 #: --walks` adds them; remove the entry then): the H100's fused walks at Dqk 32
-PENDING_WALKS = {"h100-sxm": calibrate_blocks.WALK_SHAPES[-6:], "h200": calibrate_blocks.WALK_SHAPES[-6:]}
+PENDING_WALKS = {"h100-sxm": calibrate_blocks.WALK_SHAPES[-6:]}
 
 
 def _script():
