@@ -134,9 +134,9 @@ def test_predict_command_prints_the_best_and_json():
     assert payload["best"]["ms"] == min(p["ms"] for p in payload["predictions"])
     assert {p["algorithm"] for p in payload["predictions"]} == {"xl_chunk", "fused_chunk"}
     for launch in payload["best"]["launches"]:
-        terms = ("compute_ms", "memory_ms", "issue_ms", "exposed_load_ms", "overhead_ms")
+        terms = ("compute_ms", "memory_ms", "issue_ms", "exposed_load_ms", "walk_ms", "overhead_ms")
         assert all(launch[term] >= 0 for term in terms) and launch["ms"] >= launch["overhead_ms"]
-        assert launch["bound"] in ("compute", "memory", "issue", "exposed loads")
+        assert launch["bound"] in ("compute", "memory", "issue", "exposed loads", "walk")
     kept = json.loads(run_cli([*args, "--mode", "fwdbw", "--variant", "exp", "--tiling", "keep-states",
                                "--json"])[1])
     assert kept["tiling"] == "keep-states" and payload["tiling"] == "default"
@@ -746,6 +746,7 @@ def test_a_walk_of_few_programs_takes_the_latency_of_its_steps(rates):
     assert walking.walk_step(("other", 64, 64, 64), 4, 2) == rates.walk_step(("fused", 64, 64, 64), 4, 2) == 0
     timed = structural.launch_time(fused, walking)
     assert timed.concurrency == 1 and timed.compute_s == pytest.approx(1024 * step)
+    assert timed.walk_s == timed.compute_s and timed.bound == "walk"
     assert structural.launch_time(fused, rates).compute_s < 1024 * step
     full = _launch(structural.Problem(64, 1024, 32, 64, 64), "fused_chunk", 64, "fused forward")
     throughput, latency = structural.launch_time(full, rates), structural.launch_time(full, walking)
@@ -918,13 +919,15 @@ def test_a_one_stage_output_kernel_takes_at_least_the_load_steps_its_waits_expos
 
 def test_a_launch_names_the_term_that_sets_its_time():
     """`LaunchTime.bound`: a floor above compute and memory combined names itself (the larger floor), else
-    the larger of compute and memory."""
+    the larger of compute and memory, compute as "walk" where the walk floor set it."""
     base = structural.LaunchTime("x", 264, 2, 2, 1, compute_s=2e-3, memory_s=1e-3, overhead_s=1e-5)
     assert base.bound == "compute"
     assert dataclasses.replace(base, memory_s=3e-3).bound == "memory"
     assert dataclasses.replace(base, issue_s=3e-3, exposed_load_s=2e-3).bound == "issue"
     assert dataclasses.replace(base, issue_s=2e-3, exposed_load_s=4e-3).bound == "exposed loads"
     assert dataclasses.replace(base, issue_s=2.4e-3).bound == "compute"  # below 2 ms + 1 ms / 2
+    assert dataclasses.replace(base, walk_s=base.compute_s).bound == "walk"  # the walk floor set compute
+    assert dataclasses.replace(base, walk_s=base.compute_s / 2).bound == "compute"
 
 
 def test_product_waits_count_the_waits_for_every_outstanding_product():

@@ -558,7 +558,8 @@ def program_spill_seconds(launch: Launch, rates: Rates, concurrency: int, hbm_ra
 # ---------------------------------------------------------------------------------------------- time
 @dataclass(frozen=True)
 class LaunchTime:
-    """Predicted seconds of one launch and what they are made of."""
+    """Predicted seconds of one launch and what they are made of (``compute_s`` holds the walk floor
+    ``walk_s`` where the launch walks the chunks in order and that is the larger)."""
 
     name: str
     programs: int
@@ -571,6 +572,7 @@ class LaunchTime:
     pipelined: bool = False
     issue_s: float = 0.0
     exposed_load_s: float = 0.0
+    walk_s: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -594,11 +596,15 @@ class LaunchTime:
     @property
     def bound(self) -> str:
         """The term that sets the launch's time past its overheads: "issue" (the issue floor), "exposed
-        loads" (`exposed_load_seconds`), else "compute" or "memory", the larger of the two."""
+        loads" (`exposed_load_seconds`), else "compute" or "memory", the larger of the two, compute named
+        "walk" where the walk floor (``walk_s``: the rounds of programs walking the chunks in order) set
+        it."""
         floor = max(self.issue_s, self.exposed_load_s)
         if floor > self._work_s:
             return "issue" if self.issue_s >= self.exposed_load_s else "exposed loads"
-        return "compute" if self.compute_s >= self.memory_s else "memory"
+        if self.compute_s < self.memory_s:
+            return "memory"
+        return "walk" if self.walk_s >= self.compute_s > 0 else "compute"
 
 
 def active_sms(launch: Launch, rates: Rates) -> int:
@@ -737,9 +743,11 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
     program_spills = program_spill_seconds(launch, rates, concurrency, hbm_rate, l2_rate)
     compute += per_sm * program_spills
     memory = memory_seconds(launch, rates, per_sm, concurrency)
+    walk = 0.0
     if launch.walk is not None:
         step = rates.walk_step(launch.walk, launch.warps, launch.stages, concurrency)
-        compute = max(compute, rounds * (launch.loop_trips * step + program_spills))
+        walk = rounds * (launch.loop_trips * step + program_spills)
+        compute = max(compute, walk)
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     issue = issue_seconds(launch, rates, rounds, concurrency)
@@ -747,7 +755,7 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         issue = 0.0  # the walk floor at the launch's programs per SM times the warps' issue
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
                       pipelined=launch.stages >= 2, issue_s=issue,
-                      exposed_load_s=exposed_load_seconds(launch, rates, rounds))
+                      exposed_load_s=exposed_load_seconds(launch, rates, rounds), walk_s=walk)
 
 
 # ---------------------------------------------------------------------------------------------- launches
