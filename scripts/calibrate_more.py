@@ -99,7 +99,7 @@ def main() -> None:
         print(line)
 
 
-def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int, walk_levels: bool = False
+def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int, walk_levels: bool
             ) -> list[str]:
     """One line per measured spill-loop rate, issue level, added walk, added tile product and walk's
     levels."""

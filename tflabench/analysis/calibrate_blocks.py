@@ -540,17 +540,29 @@ def walk_levels(walk: tuple[str, int, int, int, int, int], sizes: BlockSizes, li
     side by side on an SM slow each other. On the CPU (interpreter) the launches run and nothing is kept."""
     levels = []
     for per_sm in sizes.walk_programs_per_sm:
-        launch = _walk_launch(walk, per_sm * (limits.sm_count if sizes.device == "cuda" else 1), sizes)
-        compiled = launch()
-        seconds = timer(launch)
-        if sizes.device != "cuda":
+        timed = _time_walk_per_sm(walk, per_sm, sizes, limits, timer)
+        if timed is None:
             continue
-        resident = min(per_sm, structural.programs_per_sm(
-            compiled.n_regs, compiled.metadata.shared + structural.SHARED_RESERVED_BYTES, walk[4],
-            limits.__dict__))
+        _, seconds, resident = timed
         levels.append({"programs_per_sm": per_sm, "resident": resident,
                        "step_s": seconds / math.ceil(per_sm / resident) / sizes.walk_steps})
     return levels
+
+
+def _time_walk_per_sm(walk: tuple[str, int, int, int, int, int], per_sm: int, sizes: BlockSizes,
+                      limits: DeviceLimits, timer: Timer) -> tuple[object, float, int] | None:
+    """(compiled kernel, seconds, programs resident at once per SM) of ``walk`` launched with ``per_sm``
+    programs per SM, the residency from its compiled registers and shared memory; on the CPU (interpreter)
+    one grid of ``per_sm`` programs runs and None is returned: nothing is compiled."""
+    launch = _walk_launch(walk, per_sm * (limits.sm_count if sizes.device == "cuda" else 1), sizes)
+    compiled = launch()
+    seconds = timer(launch)
+    if sizes.device != "cuda":
+        return None
+    resident = min(per_sm, structural.programs_per_sm(
+        compiled.n_regs, compiled.metadata.shared + structural.SHARED_RESERVED_BYTES, walk[4],
+        limits.__dict__))
+    return compiled, seconds, resident
 
 
 def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
@@ -593,16 +605,11 @@ def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict
     warps = sizes.issue_walk[4]
     levels = []
     for per_sm in sizes.issue_programs_per_sm:
-        programs = per_sm * (limits.sm_count if sizes.device == "cuda" else 1)
-        launch = _walk_launch(sizes.issue_walk, programs, sizes)
-        compiled = launch()
-        seconds = timer(launch)
-        if sizes.device != "cuda":
+        timed = _time_walk_per_sm(sizes.issue_walk, per_sm, sizes, limits, timer)
+        if timed is None:
             continue
+        compiled, seconds, resident = timed
         counts = sass.cubin_resources(compiled.asm["cubin"])
-        resident = min(per_sm, structural.programs_per_sm(
-            compiled.n_regs, compiled.metadata.shared + structural.SHARED_RESERVED_BYTES, warps,
-            limits.__dict__))
         instructions = structural.issued_instructions(counts, sizes.walk_steps)
         levels.append({"programs_per_sm": per_sm, "resident": resident,
                        "warps_per_scheduler": resident * warps / structural.SCHEDULERS_PER_SM,

@@ -750,9 +750,10 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         compute = max(compute, walk)
     overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
-    issue = issue_seconds(launch, rates, rounds, concurrency)
     if launch.walk is not None and rates.walk_times_issue(launch.walk, launch.warps, launch.stages):
         issue = 0.0  # the walk floor at the launch's programs per SM times the warps' issue
+    else:
+        issue = issue_seconds(launch, rates, rounds, concurrency)
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
                       pipelined=launch.stages >= 2, issue_s=issue,
                       exposed_load_s=exposed_load_seconds(launch, rates, rounds), walk_s=walk)
