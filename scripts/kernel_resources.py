@@ -208,7 +208,7 @@ TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128)
                    (32, 32), (64, 192), (64, 256), (32, 256), (144, 144), (128, 176), (128, 288),
                    (144, 176), (192, 160), (176, 176), (144, 288), (96, 160), (144, 192), (208, 288),
                    (112, 176), (48, 80), (208, 208), (192, 256), (256, 384), (160, 320), (128, 192),
-                   (64, 160))
+                   (64, 160), (32, 48), (48, 64), (64, 80), (48, 32))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
 #: fused_chunk's chunk sizes below xl_chunk's smallest: its backward runs the xl_chunk kernels at them
 #: (`structural.launches`), so the table holds those launches too, at today's default tiling and at the

@@ -784,7 +784,7 @@ def test_a_launch_takes_at_least_the_time_its_warps_issue_their_instructions(rat
     warps = timed.concurrency * output.warps / structural.SCHEDULERS_PER_SM
     assert output.chains == 2
     assert timed.issue_s == pytest.approx(rounds * 5361 / 2 * issuing.instruction_seconds(2 * warps))
-    assert timed.seconds == pytest.approx(max(without.seconds, timed.overhead_s + timed.issue_s))
+    assert timed.busy_s == pytest.approx(max(without.busy_s, timed.issue_s))
     assert timed.seconds > without.seconds and without.issue_s == 0
     output.compiled = {key: value for key, value in output.compiled.items() if "instructions" not in key}
     assert structural.launch_time(output, issuing).seconds == without.seconds
@@ -909,7 +909,7 @@ def test_a_one_stage_output_kernel_takes_at_least_the_load_steps_its_waits_expos
     timed = structural.launch_time(output, rates)
     rounds = math.ceil(math.ceil(output.programs / rates.sm_count) / timed.concurrency)
     assert timed.exposed_load_s == pytest.approx(rounds * (6 + output.loop_trips * 7) * step)
-    assert timed.seconds == pytest.approx(timed.overhead_s + timed.exposed_load_s)
+    assert timed.busy_s == pytest.approx(timed.exposed_load_s)
     assert timed.bound == "exposed loads"
     uncounted = {key: value for key, value in output.compiled.items() if key != "tile_loop_waits"}
     for changed in (dataclasses.replace(output, stages=2), dataclasses.replace(output, compiled=uncounted),
@@ -928,6 +928,26 @@ def test_a_launch_names_the_term_that_sets_its_time():
     assert dataclasses.replace(base, issue_s=2.4e-3).bound == "compute"  # below 2 ms + 1 ms / 2
     assert dataclasses.replace(base, walk_s=base.compute_s).bound == "walk"  # the walk floor set compute
     assert dataclasses.replace(base, walk_s=base.compute_s / 2).bound == "compute"
+    assert dataclasses.replace(base, dispatch_s=3e-3).bound == "dispatch"  # above 2 ms + 1 ms / 2
+
+
+def test_the_programs_dispatch_overlaps_their_work(rates):
+    """`LaunchTime.seconds`: the programs' dispatch (P x the calibrated seconds per program) and the busy
+    time overlap as compute and memory do, the smaller divided by the programs at once (the gate cumsum at
+    48 x 48/48, L = 64: 49,152 one-warp programs, 16 at once)."""
+    base = structural.LaunchTime("x", 264, 2, 2, 1, compute_s=2e-3, memory_s=1e-3, overhead_s=1e-5,
+                                 dispatch_s=4e-4)
+    assert base.busy_s == pytest.approx(2.5e-3)
+    assert base.seconds == pytest.approx(1e-5 + 2.5e-3 + 4e-4 / 2)
+    heavy = dataclasses.replace(base, dispatch_s=5e-3)
+    assert heavy.seconds == pytest.approx(1e-5 + 5e-3 + 2.5e-3 / 2)
+    cumsum = _launch(structural.Problem(16, 4096, 48, 48, 48, variant="sig"), "xl_chunk", 64, "gate cumsum")
+    timed = structural.launch_time(cumsum, rates)
+    assert cumsum.programs == 16 * 48 * 64
+    assert timed.dispatch_s == pytest.approx(cumsum.programs * rates.blocks["launch"]["program_s"])
+    assert timed.overhead_s == rates.blocks["launch"]["launch_s"]
+    larger, smaller = max(timed.busy_s, timed.dispatch_s), min(timed.busy_s, timed.dispatch_s)
+    assert timed.seconds == pytest.approx(timed.overhead_s + larger + smaller / timed.concurrency)
 
 
 def test_product_waits_count_the_waits_for_every_outstanding_product():

@@ -110,7 +110,7 @@ def _prediction_json(prediction: structural.Prediction) -> dict:
                       "waves": launch.waves, "compute_ms": launch.compute_s * 1e3,
                       "memory_ms": launch.memory_s * 1e3, "issue_ms": launch.issue_s * 1e3,
                       "exposed_load_ms": launch.exposed_load_s * 1e3, "walk_ms": launch.walk_s * 1e3,
-                      "overhead_ms": launch.overhead_s * 1e3,
+                      "overhead_ms": launch.overhead_s * 1e3, "dispatch_ms": launch.dispatch_s * 1e3,
                       "ms": launch.seconds * 1e3, "bound": launch.bound} for launch in prediction.launches],
     }
 

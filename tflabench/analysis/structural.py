@@ -22,8 +22,10 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
               a one-stage launch (`memory_seconds`); the L2 bytes those loaded outside tile products (the
               products' operand loads are in dot_rate), at the masked-token rates for a call whose
               head-dim blocks do not divide its head dims (`Launch.masked`)
-    time    = launch + P * per_program + max(compute, memory) + min(compute, memory) / c
-              (a pipelined launch, two or more stages: launch + P * per_program + sqrt(compute^2 + memory^2))
+    work    = max(compute, memory) + min(compute, memory) / c
+              (a pipelined launch, two or more stages: sqrt(compute^2 + memory^2))
+    time    = launch + max(work, dispatch) + min(work, dispatch) / c, dispatch = P * per_program (the
+              programs handed out one after another overlap the work of those already resident)
 
 latency_rate = one-program-per-SM rate / S x c x stage bytes / READ_IN_FLIGHT_BYTES per SM (Little's law: the
 loads one step of the c programs issues against those of the calibration's one program): the SMs share the
@@ -40,16 +42,16 @@ its spills), the calibrated seconds per step of the nearest walk (`calibrate_blo
 programs walking side by side where the calibration times that (`walk_sharing`); for the fused forwards such
 a walk, their whole step code, stands in for the issue floor below (`Rates.walk_times_issue`).
 
-and, with a calibration that times the issue of instructions and compiled instruction counts, the time at
-least launch + P * per_program + ceil(n / c) * instructions of one warp / chains * t(c * warps / 4 *
-chains): the rounds of programs issue their warps' instructions (the compiled kernel's, its loop body once
-more per further trip, its head-dim block loops' bodies once per trip, `block_loop_instructions`) at the
+and, with a calibration that times the issue of instructions and compiled instruction counts, the work at
+least ceil(n / c) * instructions of one warp / chains * t(c * warps / 4 * chains): the rounds of programs
+issue their warps' instructions (the compiled kernel's, its loop body once more per further trip, its
+head-dim block loops' bodies once per trip, `block_loop_instructions`) at the
 calibrated seconds per instruction t of a walk's warp with as many warps per scheduler (`issue_seconds`; the
 masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes), the chains one where the tile
 loop waits for all its products twice or more per trip, or a block loop sits inside it (`issue_chains`).
 
-and, for the output kernel of one pipeline stage with its compiled waits for all of its products, the time at
-least launch + P * per_program + ceil(n / c) * (Qbar C's Dqk blocks + trips * waits per trip) * step: in a
+and, for the output kernel of one pipeline stage with its compiled waits for all of its products, the work at
+least ceil(n / c) * (Qbar C's Dqk blocks + trips * waits per trip) * step: in a
 one-stage loop each of those waits also waits for the load issued just before it (the next Dqk block's),
 so each exposes one load step, the calibrated latency of a load step (`Rates.load_step_seconds`,
 `exposed_load_seconds`).
@@ -573,18 +575,30 @@ class LaunchTime:
     issue_s: float = 0.0
     exposed_load_s: float = 0.0
     walk_s: float = 0.0
+    dispatch_s: float = 0.0
 
     @property
     def seconds(self) -> float:
-        """Overheads plus, unless the launch is pipelined, the larger of compute and memory and the smaller
-        one divided by the programs that run at once on an SM (what one program waits for, the others hide).
-        A pipelined launch (two or more stages: the next tiles' loads in flight during this tile's work)
-        overlaps them within each program, but not fully (the loop's first loads, its last tile's work and
-        the dependent products of one tile are not hidden): sqrt(compute^2 + memory^2), the larger term
-        when one dominates, 1.41x it when they are equal (docs/performance-model.md). At least `issue_s`,
-        the time the warps take to issue their instructions one after another, and `exposed_load_s`, the
-        load steps its waits expose one after another."""
-        return self.overhead_s + max(self._work_s, self.issue_s, self.exposed_load_s)
+        """The launch overhead (``overhead_s``) plus the busy time (`busy_s`) and the programs' dispatch
+        (``dispatch_s``: the programs x the calibrated seconds per program of an empty kernel) overlapped as
+        compute and memory are: the larger plus the smaller divided by the programs that run at once on an
+        SM. While the GPU hands out one program to an SM, that SM's other resident programs run; a launch
+        of many small programs (the gate cumsum's one per head and chunk, 16 per SM) is dispatch-bound."""
+        busy = self.busy_s
+        return (self.overhead_s + max(busy, self.dispatch_s)
+                + min(busy, self.dispatch_s) / max(1, self.concurrency))
+
+    @property
+    def busy_s(self) -> float:
+        """Unless the launch is pipelined, the larger of compute and memory and the smaller one divided by
+        the programs that run at once on an SM (what one program waits for, the others hide). A pipelined
+        launch (two or more stages: the next tiles' loads in flight during this tile's work) overlaps them
+        within each program, but not fully (the loop's first loads, its last tile's work and the dependent
+        products of one tile are not hidden): sqrt(compute^2 + memory^2), the larger term when one
+        dominates, 1.41x it when they are equal (docs/performance-model.md). At least `issue_s`, the time
+        the warps take to issue their instructions one after another, and `exposed_load_s`, the load steps
+        its waits expose one after another."""
+        return max(self._work_s, self.issue_s, self.exposed_load_s)
 
     @property
     def _work_s(self) -> float:
@@ -595,10 +609,12 @@ class LaunchTime:
 
     @property
     def bound(self) -> str:
-        """The term that sets the launch's time past its overheads: "issue" (the issue floor), "exposed
-        loads" (`exposed_load_seconds`), else "compute" or "memory", the larger of the two, compute named
-        "walk" where the walk floor (``walk_s``: the rounds of programs walking the chunks in order) set
-        it."""
+        """The term that sets the launch's time past its overheads: "dispatch" (the programs handed out
+        take longer than their work), "issue" (the issue floor), "exposed loads" (`exposed_load_seconds`),
+        else "compute" or "memory", the larger of the two, compute named "walk" where the walk floor
+        (``walk_s``: the rounds of programs walking the chunks in order) set it."""
+        if self.dispatch_s > self.busy_s:
+            return "dispatch"
         floor = max(self.issue_s, self.exposed_load_s)
         if floor > self._work_s:
             return "issue" if self.issue_s >= self.exposed_load_s else "exposed loads"
@@ -748,7 +764,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         step = rates.walk_step(launch.walk, launch.warps, launch.stages, concurrency)
         walk = rounds * (launch.loop_trips * step + program_spills)
         compute = max(compute, walk)
-    overhead = rates.blocks["launch"]["launch_s"] + launch.programs * rates.blocks["launch"]["program_s"]
+    overhead = rates.blocks["launch"]["launch_s"]
+    dispatch = launch.programs * rates.blocks["launch"]["program_s"]
     waves = math.ceil(launch.programs / (sms * resident))
     if launch.walk is not None and rates.walk_times_issue(launch.walk, launch.warps, launch.stages):
         issue = 0.0  # the walk floor at the launch's programs per SM times the warps' issue
@@ -756,7 +773,8 @@ def launch_time(launch: Launch, rates: Rates) -> LaunchTime:
         issue = issue_seconds(launch, rates, rounds, concurrency)
     return LaunchTime(launch.name, launch.programs, resident, concurrency, waves, compute, memory, overhead,
                       pipelined=launch.stages >= 2, issue_s=issue,
-                      exposed_load_s=exposed_load_seconds(launch, rates, rounds), walk_s=walk)
+                      exposed_load_s=exposed_load_seconds(launch, rates, rounds), walk_s=walk,
+                      dispatch_s=dispatch)
 
 
 # ---------------------------------------------------------------------------------------------- launches
