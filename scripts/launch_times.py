@@ -10,6 +10,9 @@ Triton kernel they run. Kernels of torch operations (the gate gradients, casts) 
         --head-dim-v 256 --variant sig --mode fwdbw --chunk-sizes 128,256 [--algorithm reference] \\
         [--tiling TEXT] [--json FILE]
 
+A chunk size the tiling does not fit (two query tiles of 64 rows at L = 64) is reported as skipped, with the
+reason, and the others still run.
+
 ``--algorithm reference`` times mlstm_kernels' mLSTMsig xl_chunk instead (on contiguous head-first copies, as
 the harness calls it), beside the model of the reference's launches.
 
@@ -27,6 +30,7 @@ from collections.abc import Callable
 
 from tflabench.analysis import structural
 from tflabench.bench.sweep import DEFAULT_TILING
+from tflabench.errors import InputError
 
 #: the row of every kernel that no model launch names (torch operations)
 TORCH_OPS = "torch ops"
@@ -161,10 +165,13 @@ def main() -> None:
         inputs = tuple(x.requires_grad_() for x in inputs)
     report = []
     for chunk in (int(size) for size in args.chunk_sizes.split(",")):
-        if args.algorithm == "reference":
-            call = _reference_call(inputs, chunk, args.mode)
-        else:
-            call = _mlstm_call(inputs, args.variant, chunk, args.mode, args.tiling)
+        try:
+            call = (_reference_call(inputs, chunk, args.mode) if args.algorithm == "reference"
+                    else _mlstm_call(inputs, args.variant, chunk, args.mode, args.tiling))
+        except InputError as error:  # a tiling that does not fit this chunk size: the others still run
+            print(f"L = {chunk}: skipped: {error}")
+            report.append({"chunk_size": chunk, "skipped": str(error)})
+            continue
         for _ in range(args.warmup):
             call()
         predicted = predicted_kernel_us(problem, args.algorithm, chunk, rates, args.tiling)

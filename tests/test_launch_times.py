@@ -2,6 +2,7 @@
 needs a GPU; its grouping and the calls it profiles are checked here)."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,22 @@ def test_the_profiled_call_runs_our_kernel(mode):
         assert grads is None
     else:
         assert all(torch.isfinite(grad).all() and grad.abs().sum() > 0 for grad in grads)
+
+
+def test_a_chunk_size_the_tiling_does_not_fit_is_skipped_not_fatal(monkeypatch, tmp_path, capsys):
+    """Two query tiles of 64 rows per output program do not fit L = 64: that chunk size is reported as
+    skipped (with the reason, also in the JSON) and the script goes on to the next one."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import profile_forward
+
+    heads = (torch.empty(1, 128, 1, 64) for _ in range(3))  # never run: the tiling is refused first
+    monkeypatch.setattr(profile_forward, "make_inputs", lambda **shape: (*heads, torch.empty(1, 128, 1),
+                                                                         torch.empty(1, 128, 1)))
+    out = tmp_path / "times.json"
+    shape = ["--batch", "1", "--seq-len", "128", "--heads", "1", "--head-dim-qk", "64", "--head-dim-v", "64"]
+    monkeypatch.setattr("sys.argv", ["launch_times.py", "--gpu", "h100-sxm", *shape, "--mode", "fwd",
+                                     "--chunk-sizes", "64", "--tiling", "out_q_tiles=2", "--json", str(out)])
+    launch_times.main()
+    assert "L = 64: skipped: tiling: out_q_tiles (2)" in capsys.readouterr().out
+    (chunk,) = json.loads(out.read_text())["chunks"]
+    assert chunk["chunk_size"] == 64 and "divide the chunk" in chunk["skipped"] and "rows" not in chunk
