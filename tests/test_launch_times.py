@@ -71,9 +71,8 @@ def test_a_chunk_size_the_tiling_does_not_fit_is_skipped_not_fatal(monkeypatch, 
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     import profile_forward
 
-    heads = (torch.empty(1, 128, 1, 64) for _ in range(3))  # never run: the tiling is refused first
-    monkeypatch.setattr(profile_forward, "make_inputs", lambda **shape: (*heads, torch.empty(1, 128, 1),
-                                                                         torch.empty(1, 128, 1)))
+    inputs = (*(torch.empty(1, 128, 1, 64) for _ in range(3)), torch.empty(1, 128, 1), torch.empty(1, 128, 1))
+    monkeypatch.setattr(profile_forward, "make_inputs", lambda **shape: inputs)  # never run: refused first
     out = tmp_path / "times.json"
     shape = ["--batch", "1", "--seq-len", "128", "--heads", "1", "--head-dim-qk", "64", "--head-dim-v", "64"]
     monkeypatch.setattr("sys.argv", ["launch_times.py", "--gpu", "h100-sxm", *shape, "--mode", "fwd",

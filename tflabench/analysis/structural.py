@@ -22,9 +22,9 @@ Time of one launch with P programs on S SMs, r of them resident per SM (occupanc
               a one-stage launch (`memory_seconds`); the L2 bytes those loaded outside tile products (the
               products' operand loads are in dot_rate), at the masked-token rates for a call whose
               head-dim blocks do not divide its head dims (`Launch.masked`)
-    work    = max(compute, memory) + min(compute, memory) / c
+    busy    = max(compute, memory) + min(compute, memory) / c
               (a pipelined launch, two or more stages: sqrt(compute^2 + memory^2))
-    time    = launch + max(work, dispatch) + min(work, dispatch) / c, dispatch = P * per_program (the
+    time    = launch + max(busy, dispatch) + min(busy, dispatch) / c, dispatch = P * per_program (the
               programs handed out one after another overlap the work of those already resident)
 
 latency_rate = one-program-per-SM rate / S x c x stage bytes / READ_IN_FLIGHT_BYTES per SM (Little's law: the
@@ -42,16 +42,16 @@ its spills), the calibrated seconds per step of the nearest walk (`calibrate_blo
 programs walking side by side where the calibration times that (`walk_sharing`); for the fused forwards such
 a walk, their whole step code, stands in for the issue floor below (`Rates.walk_times_issue`).
 
-and, with a calibration that times the issue of instructions and compiled instruction counts, the work at
-least ceil(n / c) * instructions of one warp / chains * t(c * warps / 4 * chains): the rounds of programs
-issue their warps' instructions (the compiled kernel's, its loop body once more per further trip, its
-head-dim block loops' bodies once per trip, `block_loop_instructions`) at the
-calibrated seconds per instruction t of a walk's warp with as many warps per scheduler (`issue_seconds`; the
-masked kernels are latency-bound, results/h100/profile-masked-chunk-sizes), the chains one where the tile
-loop waits for all its products twice or more per trip, or a block loop sits inside it (`issue_chains`).
+and, with a calibration that times the issue of instructions and compiled instruction counts, the busy
+time at least ceil(n / c) * instructions of one warp / chains * t(c * warps / 4 * chains): the rounds of
+programs issue their warps' instructions (the compiled kernel's, its loop body once more per further trip,
+its head-dim block loops' bodies once per trip, `block_loop_instructions`) at the calibrated seconds
+per instruction t of a walk's warp with as many warps per scheduler (`issue_seconds`; the masked kernels
+are latency-bound, results/h100/profile-masked-chunk-sizes), the chains one where the tile loop waits
+for all its products twice or more per trip, or a block loop sits inside it (`issue_chains`).
 
-and, for the output kernel of one pipeline stage with its compiled waits for all of its products, the work at
-least ceil(n / c) * (Qbar C's Dqk blocks + trips * waits per trip) * step: in a
+and, for the output kernel of one pipeline stage with its compiled waits for all of its products, the busy
+time at least ceil(n / c) * (Qbar C's Dqk blocks + trips * waits per trip) * step: in a
 one-stage loop each of those waits also waits for the load issued just before it (the next Dqk block's),
 so each exposes one load step, the calibrated latency of a load step (`Rates.load_step_seconds`,
 `exposed_load_seconds`).
@@ -584,9 +584,7 @@ class LaunchTime:
         compute and memory are: the larger plus the smaller divided by the programs that run at once on an
         SM. While the GPU hands out one program to an SM, that SM's other resident programs run; a launch
         of many small programs (the gate cumsum's one per head and chunk, 16 per SM) is dispatch-bound."""
-        busy = self.busy_s
-        return (self.overhead_s + max(busy, self.dispatch_s)
-                + min(busy, self.dispatch_s) / max(1, self.concurrency))
+        return self.overhead_s + _overlapped(self.busy_s, self.dispatch_s, self.concurrency)
 
     @property
     def busy_s(self) -> float:
@@ -605,7 +603,7 @@ class LaunchTime:
         """compute and memory combined (`seconds`)."""
         if self.pipelined:
             return math.hypot(self.compute_s, self.memory_s)
-        return max(self.compute_s, self.memory_s) + min(self.compute_s, self.memory_s) / self.concurrency
+        return _overlapped(self.compute_s, self.memory_s, self.concurrency)
 
     @property
     def bound(self) -> str:
@@ -621,6 +619,12 @@ class LaunchTime:
         if self.compute_s < self.memory_s:
             return "memory"
         return "walk" if self.walk_s >= self.compute_s > 0 else "compute"
+
+
+def _overlapped(first: float, second: float, concurrency: int) -> float:
+    """Two times that the ``concurrency`` programs running at once on an SM overlap: the larger, plus the
+    smaller divided by those programs (what one program waits for, the others hide)."""
+    return max(first, second) + min(first, second) / concurrency
 
 
 def active_sms(launch: Launch, rates: Rates) -> int:
