@@ -134,7 +134,8 @@ def test_predict_command_prints_the_best_and_json():
     assert payload["best"]["ms"] == min(p["ms"] for p in payload["predictions"])
     assert {p["algorithm"] for p in payload["predictions"]} == {"xl_chunk", "fused_chunk"}
     for launch in payload["best"]["launches"]:
-        terms = ("compute_ms", "memory_ms", "issue_ms", "exposed_load_ms", "walk_ms", "overhead_ms")
+        terms = ("compute_ms", "memory_ms", "issue_ms", "exposed_load_ms", "walk_ms", "overhead_ms",
+                 "dispatch_ms")
         assert all(launch[term] >= 0 for term in terms) and launch["ms"] >= launch["overhead_ms"]
         assert launch["bound"] in ("compute", "memory", "issue", "exposed loads", "walk")
     kept = json.loads(run_cli([*args, "--mode", "fwdbw", "--variant", "exp", "--tiling", "keep-states",
