@@ -8,6 +8,9 @@ KIND/L/DQK/DV/WARPS/STAGES (repeatable), e.g. the fused walks at Dqk 32, which n
     python scripts/walk_concurrency.py $OUT/walk-concurrency.json
     python scripts/walk_concurrency.py $OUT/fused-32.json --walk fused/16/32/32/4/2 \\
         --walk fused_exp/16/32/32/4/2
+
+``--slots 0`` reads every tile once from HBM (as the recurrences do) instead of cycling through 64
+L2-resident ones (`BlockSizes.walk_slots`).
 """
 
 import argparse
@@ -32,11 +35,11 @@ def _walk(text: str) -> tuple[str, int, int, int, int, int]:
     return (kind, *map(int, sizes))
 
 
-def main(path: str, walks: tuple[tuple[str, int, int, int, int, int], ...]) -> None:
+def main(path: str, walks: tuple[tuple[str, int, int, int, int, int], ...], slots: int) -> None:
     measured = {}
     for walk in walks:
         sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), issue_walk=walk,
-                                    issue_programs_per_sm=PROGRAMS_PER_SM)
+                                    issue_programs_per_sm=PROGRAMS_PER_SM, walk_slots=slots)
         limits = calibrate_blocks.DeviceLimits.of(sizes.device)
         timer = calibrate_blocks.Timer.of(sizes)
         levels = calibrate_blocks.measure_issue(sizes, limits, timer)["levels"]
@@ -56,5 +59,7 @@ if __name__ == "__main__":
     parser.add_argument("path", help="the JSON file to write")
     parser.add_argument("--walk", action="append", type=_walk,
                         help="a walk to time instead of the default ones")
+    parser.add_argument("--slots", type=int, default=calibrate_blocks.BlockSizes.walk_slots,
+                        help="distinct tiles the walks cycle through (0: every tile read once, from HBM)")
     args = parser.parse_args()
-    main(args.path, tuple(args.walk or WALKS))
+    main(args.path, tuple(args.walk or WALKS), args.slots)

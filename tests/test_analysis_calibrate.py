@@ -67,7 +67,8 @@ def test_building_blocks_run_under_the_interpreter_and_report_every_figure():
     assert all(loop["seconds"] > 0 for loop in blocks["spill_loops"]["loops"])
     assert blocks["spill_loops"]["rates"] == []  # the interpreter compiles nothing: no spills to time
     assert [(walk["kind"], walk["l"], walk["dqk"], walk["dv"]) for walk in blocks["walk"]] == [
-        ("state", 16, 16, 32), ("fused", 16, 16, 32), ("fused_exp", 16, 16, 32)]
+        ("state", 16, 16, 32), ("fused", 16, 16, 32), ("fused_exp", 16, 16, 32), ("recurrence", 16, 16, 32),
+        ("recurrence_exp", 16, 16, 32)]
     assert all(walk["step_s"] > 0 for walk in blocks["walk"])
     assert all(walk["levels"] == [] for walk in blocks["walk"])  # the interpreter's launches keep no levels
     assert blocks["issue"] == {"walk": ["state", 16, 16, 32, 4, 1], "steps": 2, "levels": []}  # no SASS
@@ -165,17 +166,21 @@ def test_the_token_stream_reads_and_writes_only_the_columns_of_its_head_dim(head
 
 
 def _walk_reference(kind, q, k, v, gate, steps):
-    """(state, last h) of `_walk_kernel`'s program 0 in float64: the kernels' step, written out."""
+    """(state, last h, the states and normalizers before each step) of `_walk_kernel`'s program 0 in
+    float64: the kernels' step, written out."""
     logsig = torch.nn.functional.logsigmoid
     slots, chunk, dqk = q.shape
     causal = torch.ones(chunk, chunk, dtype=torch.bool).tril()
     state = torch.zeros(dqk, v.shape[-1], dtype=torch.float64)
     norm, m_state, last_h = torch.zeros(dqk, dtype=torch.float64), 0.0, None
+    states, norms = [], []
     for step in range(steps):
         slot = step % slots
         qs, ks, vs = (x[slot].double() for x in (q, k, v))
         first, second = (row.reshape(slots, chunk)[slot].double() for row in gate)
-        if kind == "state":
+        states.append(state)
+        norms.append(norm)
+        if kind in calibrate_blocks.STATE_WALKS:
             b, ig = first, second
         else:
             b, ig = logsig(first).cumsum(0), logsig(second) if kind == "fused" else second
@@ -194,31 +199,50 @@ def _walk_reference(kind, q, k, v, gate, steps):
             denom = torch.maximum(n.abs(), torch.exp(-m_comb)) + 1e-6
             last_h = ((qs * q_gate[:, None]) @ state + scores @ vs) / denom[:, None]
             m_next = max(decay + m_state, (decay - b + ig).max()).item()
+        elif kind == "recurrence_exp":
+            m_next = max(decay + m_state, gate[1, slot].double()).item()  # gate[1] stands in for a
         scale = torch.exp(decay + m_state - m_next)
         weighted = ks * torch.exp(decay - b + ig - m_next)[:, None]
         state = state * scale + weighted.T @ vs
         norm = norm * scale + weighted.sum(0)
         m_state = m_next
-    return state, last_h
+    return state, last_h, torch.stack(states), torch.stack(norms)
 
 
-@pytest.mark.parametrize("kind", ["state", "fused", "fused_exp"])
+def _run_walk(kind, q, k, v, gate, steps, side=0):
+    """`_walk_kernel` for ``kind`` with one program (interpreter): (out, h, states, norms)."""
+    slots, chunk, dqk = q.shape
+    dv = v.shape[-1]
+    h, out = torch.zeros(1, chunk, dv), torch.zeros(1)
+    states, norms = torch.full((steps, dqk, dv), torch.nan), torch.full((steps, dqk), torch.nan)
+    calibrate_blocks._walk_kernel[(1,)](
+        q, k, v, gate, h, states, norms, out, steps, slots, L=chunk, DQK=dqk, DV=dv,
+        FUSED=kind not in calibrate_blocks.STATE_WALKS, STABILIZE=kind in ("fused_exp", "recurrence_exp"),
+        STORE_STATES=kind in calibrate_blocks.RECURRENCE_WALKS, NUM_STAGES=1, SIDE=side)
+    return out, h, states, norms
+
+
+@pytest.mark.parametrize("kind", ["state", "fused", "fused_exp", "recurrence", "recurrence_exp"])
 def test_the_walk_microbenchmark_computes_the_recurrence_it_times(kind):
-    """`_walk_kernel` (interpreter, fp32): the state after the steps and the last step's h of a fused walk
-    equal the same recurrence in float64, so the timed steps do the work they stand for."""
+    """`_walk_kernel` (interpreter, fp32): the state after the steps, the last step's h of a fused walk and
+    the states (and mLSTMexp's normalizers) a recurrence walk stores before each step equal the same
+    recurrence in float64, so the timed steps do the work they stand for."""
     torch.manual_seed(0)
     slots, chunk, dqk, dv, steps = 2, 16, 16, 32, 3
     q, k = torch.randn(slots, chunk, dqk) / 8, torch.randn(slots, chunk, dqk) / 8
     v = torch.randn(slots, chunk, dv)
     gate = calibrate_blocks._walk_gates(kind, slots, chunk, "cpu")
-    h, out = torch.zeros(1, chunk, dv), torch.zeros(1)
-    calibrate_blocks._walk_kernel[(1,)](q, k, v, gate, h, out, steps, slots, L=chunk, DQK=dqk, DV=dv,
-                                        FUSED=kind != "state", STABILIZE=kind == "fused_exp", NUM_STAGES=1,
-                                        SIDE=0)
-    state, last_h = _walk_reference(kind, q, k, v, gate, steps)
+    out, h, states, norms = _run_walk(kind, q, k, v, gate, steps)
+    state, last_h, stored_states, stored_norms = _walk_reference(kind, q, k, v, gate, steps)
     assert out.item() == pytest.approx(state.sum().item(), rel=1e-4)
     if last_h is not None:
         torch.testing.assert_close(h[0].double(), last_h, rtol=1e-4, atol=1e-5)
+    if kind in calibrate_blocks.RECURRENCE_WALKS:
+        assert stored_states[1:].abs().sum() > 0  # the steps after the first store nonzero states
+        torch.testing.assert_close(states.double(), stored_states, rtol=1e-4, atol=1e-5)
+    if kind == "recurrence_exp":
+        assert stored_norms[1:].abs().sum() > 0
+        torch.testing.assert_close(norms.double(), stored_norms, rtol=1e-4, atol=1e-5)
 
 
 def test_the_state_walks_side_work_leaves_the_state_and_does_its_rounds():
@@ -229,10 +253,8 @@ def test_the_state_walks_side_work_leaves_the_state_and_does_its_rounds():
     q, k = torch.randn(slots, chunk, dqk) / 8, torch.randn(slots, chunk, dqk) / 8
     v = torch.randn(slots, chunk, dv)
     gate = calibrate_blocks._walk_gates("state", slots, chunk, "cpu")
-    h, out = torch.zeros(1, chunk, dv), torch.zeros(1)
-    calibrate_blocks._walk_kernel[(1,)](q, k, v, gate, h, out, steps, slots, L=chunk, DQK=dqk, DV=dv,
-                                        FUSED=False, STABILIZE=False, NUM_STAGES=1, SIDE=rounds)
-    state, _ = _walk_reference("state", q, k, v, gate, steps)
+    out, h, _, _ = _run_walk("state", q, k, v, gate, steps, side=rounds)
+    state, *_ = _walk_reference("state", q, k, v, gate, steps)
     assert out.item() == pytest.approx(state.sum().item(), rel=1e-4)
     start = torch.arange(chunk, dtype=torch.float64)[:, None] + torch.arange(dv, dtype=torch.float64) * 0.001
     side = start

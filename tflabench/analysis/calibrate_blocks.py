@@ -76,7 +76,8 @@ DOT_SHAPES = (
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the timed walks: ``state``, the state recurrence's sub-chunk
 #: step on a [Dqk, Dv] state tile ([BL, BK] and [BL, BV] operand tiles; one stage as the reference runs it,
 #: two as ours); ``fused`` and ``fused_exp``, mLSTMsig's and mLSTMexp's fused forward chunk step on a
-#: [Dqk, BV] state (mLSTMsig runs 4 warps, mLSTMexp 4 at head dims and chunks <= 64, else 8)
+#: [Dqk, BV] state (mLSTMsig runs 4 warps, mLSTMexp 4 at head dims and chunks <= 64, else 8); ``recurrence``
+#: and ``recurrence_exp`` (`RECURRENCE_WALKS`), the recurrence's whole chunk step as our kernels run it
 WALK_SHAPES = (
     ("state", 64, 64, 64, 4, 1), ("state", 128, 64, 64, 4, 1),
     ("state", 64, 64, 64, 4, 2), ("state", 128, 64, 64, 4, 2),
@@ -96,7 +97,19 @@ WALK_SHAPES = (
     ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
     ("fused", 16, 32, 32, 4, 2), ("fused", 32, 32, 32, 4, 2), ("fused", 64, 32, 32, 4, 2),
     ("fused_exp", 16, 32, 32, 4, 2), ("fused_exp", 32, 32, 32, 4, 2), ("fused_exp", 64, 32, 32, 4, 2),
+    ("recurrence", 64, 64, 64, 4, 2), ("recurrence", 128, 64, 64, 4, 2),
+    ("recurrence", 64, 64, 128, 4, 2), ("recurrence", 128, 64, 128, 4, 2),
+    ("recurrence", 64, 32, 32, 4, 2), ("recurrence", 128, 32, 32, 4, 2),
+    ("recurrence_exp", 64, 64, 64, 4, 2), ("recurrence_exp", 128, 64, 64, 4, 2),
+    ("recurrence_exp", 64, 64, 128, 4, 2), ("recurrence_exp", 128, 64, 128, 4, 2),
+    ("recurrence_exp", 64, 32, 32, 4, 2), ("recurrence_exp", 128, 32, 32, 4, 2),
 )
+
+#: walks of the state recurrence's whole chunk step (`_walk_kernel` with STORE_STATES: the state stored each
+#: step, every k / v tile read once from HBM): mLSTMsig's and mLSTMexp's (its max state and normalizer)
+RECURRENCE_WALKS = ("recurrence", "recurrence_exp")
+#: walks of the state recurrence's step: the sub-chunk step alone (``state``) and the whole chunk step
+STATE_WALKS = ("state", *RECURRENCE_WALKS)
 
 #: programs per SM, besides one, at which `measure_walks` also times each walk: the fused forwards run two to
 #: four programs per SM at L <= 64, and the committed rows of their 4-warp launches at two per SM imply steps
@@ -165,7 +178,9 @@ class BlockSizes:
         """Smallest sizes that run every code path (float32, CPU tensors, Triton interpreter)."""
         return cls(dtype=torch.float32, dot_shapes=((16, 16, 16, 4), (16, 32, 16, 4)), dot_iters=2,
                    dot_stages=1, walk_shapes=(("state", 16, 16, 32, 4, 1), ("fused", 16, 16, 32, 4, 1),
-                                                ("fused_exp", 16, 16, 32, 4, 1)),
+                                                ("fused_exp", 16, 16, 32, 4, 1),
+                                                ("recurrence", 16, 16, 32, 4, 1),
+                                                ("recurrence_exp", 16, 16, 32, 4, 1)),
                    walk_steps=2, pointwise_tile=(16, 16), pointwise_iters=2, spill_tile=(16, 16),
                    spill_iters=2, spill_loop_launches=((1, 1),), spill_loop_tile=(16, 16),
                    spill_loop_widths=(16, 32, 64), spill_loop_trips=2, issue_walk=("state", 16, 16, 32, 4, 1),
@@ -303,16 +318,21 @@ def _dot_kernel(a_ptr, b_ptr, out_ptr, ITERS, SLOTS,
 
 
 @triton.jit
-def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L: tl.constexpr,
-                 DQK: tl.constexpr, DV: tl.constexpr, FUSED: tl.constexpr, STABILIZE: tl.constexpr,
-                 NUM_STAGES: tl.constexpr, SIDE: tl.constexpr):
+def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, states_ptr, norms_ptr, out_ptr, STEPS, SLOTS,
+                 L: tl.constexpr, DQK: tl.constexpr, DV: tl.constexpr, FUSED: tl.constexpr,
+                 STABILIZE: tl.constexpr, STORE_STATES: tl.constexpr, NUM_STAGES: tl.constexpr,
+                 SIDE: tl.constexpr):
     """STEPS steps of one program in order, with the kernels' own step code, a [DQK, DV] fp32 state carried
     from each step to the next. Program p takes the tiles p * STEPS, p * STEPS + 1, ... (modulo SLOTS) of
     q, k [SLOTS, L, DQK], v [SLOTS, L, DV] and gate [2, SLOTS * L] fp32: L2-resident for a few slots, each
     tile read once from HBM with SLOTS >= programs * STEPS.
 
     Without FUSED, the state recurrence's sub-chunk step (`triton_fwd.chunk_decay` and
-    `add_chunk_to_state`, mLSTMsig): gate[0] holds b, gate[1] ig. With FUSED, the fused forward's chunk step
+    `add_chunk_to_state`; mLSTMsig, with STABILIZE mLSTMexp's max state and normalizer): gate[0] holds b,
+    gate[1] ig (and, with STABILIZE, stands in for the chunk maxima a). With STORE_STATES, the
+    recurrence's whole chunk step (`triton_fwd.chunk_states_kernel`): the state before each step stored
+    first, in the dtype of states [programs, STEPS, DQK, DV] (with STABILIZE the normalizer to norms
+    [programs, STEPS, DQK] fp32). With FUSED, the fused forward's chunk step
     (`triton_fused._chunk_gates`, `chunk_output`, `chunk_state_update`): gate[0] and gate[1] hold the forget
     and input pre-activations; mLSTMsig's masked gates, or with STABILIZE mLSTMexp's lean gates, running max
     and normalizer, as each variant's default tiling runs them; h stored to h[pid], then the state update.
@@ -327,6 +347,7 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
     offs_v = tl.arange(0, DV)
     state = tl.zeros([DQK, DV], dtype=tl.float32)
     norm = tl.zeros([DQK], dtype=tl.float32)
+    norm_cols = tl.zeros([DQK, 16], dtype=tl.float32)
     m_state = 0.0
     side = offs_l[:, None] * 1.0 + offs_v[None, :] * 0.001
     rows = SLOTS * L
@@ -344,13 +365,21 @@ def _walk_kernel(q_ptr, k_ptr, v_ptr, gate_ptr, h_ptr, out_ptr, STEPS, SLOTS, L:
             state, norm, m_state = triton_fused.chunk_state_update(k, v, b, ig, decay, state, norm, m_state,
                                                                    STABILIZE, STABILIZE)
         else:
-            decay, state_scale, _ = triton_fwd.chunk_decay(gate_ptr, gate_ptr, 0, rows, SLOTS, slot, 0.0, L,
-                                                           False)
+            if STORE_STATES:
+                stored = pid * STEPS + step
+                tl.store(states_ptr + stored * DQK * DV + offs_k[:, None] * DV + offs_v[None, :],
+                         state.to(states_ptr.dtype.element_ty))
+                if STABILIZE:
+                    tl.store(norms_ptr + stored * DQK + offs_k, tl.max(norm_cols, 1))
+            decay, state_scale, m_state = triton_fwd.chunk_decay(gate_ptr, gate_ptr + rows, 0, rows, SLOTS,
+                                                                 slot, m_state, L, STABILIZE)
             for _ in tl.static_range(SIDE):
                 side = side * 0.999 + decay
-            state, _ = triton_fwd.add_chunk_to_state(
-                state * state_scale, norm, k_ptr, v_ptr, gate_ptr, gate_ptr + rows, 0, rows, slot, decay, 0.0,
-                offs_k, offs_v, DQK, DV, DQK, DV, DQK, DV, L, L, False, False)
+            if STABILIZE:
+                norm_cols = norm_cols * state_scale
+            state, norm_cols = triton_fwd.add_chunk_to_state(
+                state * state_scale, norm_cols, k_ptr, v_ptr, gate_ptr, gate_ptr + rows, 0, rows, slot, decay,
+                m_state, offs_k, offs_v, DQK, DV, DQK, DV, DQK, DV, L, L, STABILIZE, STABILIZE)
     tl.store(out_ptr + pid, tl.sum(tl.sum(state, 1), 0))
     if SIDE > 0:
         tl.store(h_ptr + pid * L * DV, tl.sum(tl.sum(side, 1), 0))
@@ -572,10 +601,14 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
     each tile read once; on the CPU two) of fresh random inputs, and returns the compiled kernel; kind
     ``gradient``: `_gradient_walk_kernel` (a loop of the intra-chunk gradient kernels' form, for
     `measure_issue`; `scripts/issue_walk_kinds.py`); state walks with `sizes.walk_side_rounds` rounds of
-    side work per step (`scripts/issue_walk_side.py`)."""
+    side work per step (`scripts/issue_walk_side.py`); the kinds of `RECURRENCE_WALKS` read every tile once
+    (from HBM, as the recurrence reads its chunks) and store a state per step."""
     kind, chunk, dqk, dv, warps, stages = walk
-    slots = sizes.walk_slots or programs * sizes.walk_steps if sizes.device == "cuda" else 2
-    q, k = (torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype) for _ in range(2))
+    recurrence = kind in RECURRENCE_WALKS
+    slots = programs * sizes.walk_steps if recurrence else sizes.walk_slots or programs * sizes.walk_steps
+    slots = slots if sizes.device == "cuda" else 2
+    k = torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype)
+    q = k if recurrence else torch.randn_like(k)
     v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
     out = torch.empty(programs, device=sizes.device)
     if kind == "gradient":
@@ -584,13 +617,17 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
                                                           DQK=dqk, DV=dv, NUM_STAGES=stages, num_warps=warps)
     gate = _walk_gates(kind, slots, chunk, sizes.device)
     h = torch.empty(programs, chunk, dv, device=sizes.device)
-
+    stored = programs * sizes.walk_steps if recurrence else 1
+    states = torch.empty(stored, dqk, dv, device=sizes.device, dtype=sizes.dtype)
+    norms = torch.empty(stored, dqk, device=sizes.device)
     side = sizes.walk_side_rounds if kind == "state" else 0
 
     def launch():
-        return _walk_kernel[(programs,)](q, k, v, gate, h, out, sizes.walk_steps, slots, L=chunk, DQK=dqk,
-                                         DV=dv, FUSED=kind != "state", STABILIZE=kind == "fused_exp",
-                                         NUM_STAGES=stages, SIDE=side, num_warps=warps)
+        return _walk_kernel[(programs,)](q, k, v, gate, h, states, norms, out, sizes.walk_steps, slots,
+                                         L=chunk, DQK=dqk, DV=dv, FUSED=kind not in STATE_WALKS,
+                                         STABILIZE=kind in ("fused_exp", "recurrence_exp"),
+                                         STORE_STATES=recurrence, NUM_STAGES=stages, SIDE=side,
+                                         num_warps=warps)
     return launch
 
 
@@ -622,10 +659,11 @@ def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict
 
 def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:
     """The [2, slots * chunk] fp32 gates of a walk: for ``state``, b (the within-chunk cumsum of log
-    forget gates) and ig; for the fused kinds, forget pre-activations near +3 and input pre-activations."""
+    forget gates) and ig; for the fused kinds, forget pre-activations near +3 and input pre-activations; the recurrence kinds as
+    ``state``."""
     pre = torch.randn(2, slots, chunk, device=device)
     pre[0] += 3
-    if kind == "state":
+    if kind in STATE_WALKS:
         pre[0] = torch.nn.functional.logsigmoid(pre[0]).cumsum(-1)
         pre[1] = torch.nn.functional.logsigmoid(pre[1])
     return pre.reshape(2, slots * chunk)
