@@ -73,6 +73,16 @@ DOT_SHAPES = (
     (16, 128, 32, 4), (16, 128, 16, 4), (32, 128, 16, 4),
 )
 
+#: walks of the state recurrence's whole chunk step (`_walk_kernel` with STORE_STATES: the state stored each
+#: step, every k / v tile read once from HBM): mLSTMsig's and mLSTMexp's (its max state and normalizer)
+RECURRENCE_WALKS = ("recurrence", "recurrence_exp")
+#: walks of the state recurrence's step: the sub-chunk step alone (``state``) and the whole chunk step
+STATE_WALKS = ("state", *RECURRENCE_WALKS)
+#: (L, Dqk, Dv, num_warps, num_stages) of our recurrences' steps the calibration times: 64- and 128-row
+#: sub-chunks on [64, 64], [64, 128] and [32, 32] state tiles
+RECURRENCE_STEPS = ((64, 64, 64, 4, 2), (128, 64, 64, 4, 2), (64, 64, 128, 4, 2), (128, 64, 128, 4, 2),
+                    (64, 32, 32, 4, 2), (128, 32, 32, 4, 2))
+
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the timed walks: ``state``, the state recurrence's sub-chunk
 #: step on a [Dqk, Dv] state tile ([BL, BK] and [BL, BV] operand tiles; one stage as the reference runs it,
 #: two as ours); ``fused`` and ``fused_exp``, mLSTMsig's and mLSTMexp's fused forward chunk step on a
@@ -80,9 +90,7 @@ DOT_SHAPES = (
 #: and ``recurrence_exp`` (`RECURRENCE_WALKS`), the recurrence's whole chunk step as our kernels run it
 WALK_SHAPES = (
     ("state", 64, 64, 64, 4, 1), ("state", 128, 64, 64, 4, 1),
-    ("state", 64, 64, 64, 4, 2), ("state", 128, 64, 64, 4, 2),
-    ("state", 64, 64, 128, 4, 2), ("state", 128, 64, 128, 4, 2),
-    ("state", 64, 32, 32, 4, 2), ("state", 128, 32, 32, 4, 2),
+    *(("state", *step) for step in RECURRENCE_STEPS),
     ("fused", 64, 64, 64, 4, 2), ("fused", 128, 64, 64, 4, 2),
     ("fused", 64, 128, 64, 4, 2), ("fused", 128, 128, 64, 4, 2),
     ("fused", 64, 64, 64, 8, 2), ("fused", 128, 64, 64, 8, 2),
@@ -97,19 +105,8 @@ WALK_SHAPES = (
     ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
     ("fused", 16, 32, 32, 4, 2), ("fused", 32, 32, 32, 4, 2), ("fused", 64, 32, 32, 4, 2),
     ("fused_exp", 16, 32, 32, 4, 2), ("fused_exp", 32, 32, 32, 4, 2), ("fused_exp", 64, 32, 32, 4, 2),
-    ("recurrence", 64, 64, 64, 4, 2), ("recurrence", 128, 64, 64, 4, 2),
-    ("recurrence", 64, 64, 128, 4, 2), ("recurrence", 128, 64, 128, 4, 2),
-    ("recurrence", 64, 32, 32, 4, 2), ("recurrence", 128, 32, 32, 4, 2),
-    ("recurrence_exp", 64, 64, 64, 4, 2), ("recurrence_exp", 128, 64, 64, 4, 2),
-    ("recurrence_exp", 64, 64, 128, 4, 2), ("recurrence_exp", 128, 64, 128, 4, 2),
-    ("recurrence_exp", 64, 32, 32, 4, 2), ("recurrence_exp", 128, 32, 32, 4, 2),
+    *((kind, *step) for kind in RECURRENCE_WALKS for step in RECURRENCE_STEPS),
 )
-
-#: walks of the state recurrence's whole chunk step (`_walk_kernel` with STORE_STATES: the state stored each
-#: step, every k / v tile read once from HBM): mLSTMsig's and mLSTMexp's (its max state and normalizer)
-RECURRENCE_WALKS = ("recurrence", "recurrence_exp")
-#: walks of the state recurrence's step: the sub-chunk step alone (``state``) and the whole chunk step
-STATE_WALKS = ("state", *RECURRENCE_WALKS)
 
 #: programs per SM, besides one, at which `measure_walks` also times each walk: the fused forwards run two to
 #: four programs per SM at L <= 64, and the committed rows of their 4-warp launches at two per SM imply steps
@@ -659,8 +656,8 @@ def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict
 
 def _walk_gates(kind: str, slots: int, chunk: int, device: str) -> torch.Tensor:
     """The [2, slots * chunk] fp32 gates of a walk: for ``state``, b (the within-chunk cumsum of log
-    forget gates) and ig; for the fused kinds, forget pre-activations near +3 and input pre-activations; the recurrence kinds as
-    ``state``."""
+    forget gates) and ig (the recurrence kinds too); for the fused kinds, forget pre-activations near +3 and
+    input pre-activations."""
     pre = torch.randn(2, slots, chunk, device=device)
     pre[0] += 3
     if kind in STATE_WALKS:
