@@ -74,20 +74,22 @@ DOT_SHAPES = (
 )
 
 #: walks of the state recurrence's whole chunk step (`_walk_kernel` with STORE_STATES: the state stored each
-#: step, every k / v tile read once from HBM): mLSTMsig's and mLSTMexp's (its max state and normalizer)
+#: step, every k / v tile read once from HBM): mLSTMsig's and mLSTMexp's (its max state and normalizer), for
+#: `scripts/walk_concurrency.py` (results/h200/recurrence-walks)
 RECURRENCE_WALKS = ("recurrence", "recurrence_exp")
 #: walks of the state recurrence's step: the sub-chunk step alone (``state``) and the whole chunk step
 STATE_WALKS = ("state", *RECURRENCE_WALKS)
-#: (L, Dqk, Dv, num_warps, num_stages) of our recurrences' steps the calibration times: 64- and 128-row
-#: sub-chunks on [64, 64], [64, 128] and [32, 32] state tiles
+#: (L, Dqk, Dv, num_warps, num_stages) of our recurrences' steps the calibration times (``state`` walks):
+#: 64- and 128-row sub-chunks on [64, 64], [64, 128] and [32, 32] state tiles
 RECURRENCE_STEPS = ((64, 64, 64, 4, 2), (128, 64, 64, 4, 2), (64, 64, 128, 4, 2), (128, 64, 128, 4, 2),
                     (64, 32, 32, 4, 2), (128, 32, 32, 4, 2))
 
 #: (kind, L, Dqk, Dv, num_warps, num_stages) of the timed walks: ``state``, the state recurrence's sub-chunk
 #: step on a [Dqk, Dv] state tile ([BL, BK] and [BL, BV] operand tiles; one stage as the reference runs it,
 #: two as ours); ``fused`` and ``fused_exp``, mLSTMsig's and mLSTMexp's fused forward chunk step on a
-#: [Dqk, BV] state (mLSTMsig runs 4 warps, mLSTMexp 4 at head dims and chunks <= 64, else 8); ``recurrence``
-#: and ``recurrence_exp`` (`RECURRENCE_WALKS`), the recurrence's whole chunk step as our kernels run it
+#: [Dqk, BV] state (mLSTMsig runs 4 warps, mLSTMexp 4 at head dims and chunks <= 64, else 8). Not the
+#: `RECURRENCE_WALKS`: as the state recurrences' walk floor they raised the run medians (results/perf-log.md,
+#: "the recurrence's whole step as a walk")
 WALK_SHAPES = (
     ("state", 64, 64, 64, 4, 1), ("state", 128, 64, 64, 4, 1),
     *(("state", *step) for step in RECURRENCE_STEPS),
@@ -105,7 +107,6 @@ WALK_SHAPES = (
     ("fused_exp", 16, 64, 64, 4, 2), ("fused_exp", 32, 64, 64, 4, 2),
     ("fused", 16, 32, 32, 4, 2), ("fused", 32, 32, 32, 4, 2), ("fused", 64, 32, 32, 4, 2),
     ("fused_exp", 16, 32, 32, 4, 2), ("fused_exp", 32, 32, 32, 4, 2), ("fused_exp", 64, 32, 32, 4, 2),
-    *((kind, *step) for kind in RECURRENCE_WALKS for step in RECURRENCE_STEPS),
 )
 
 #: programs per SM, besides one, at which `measure_walks` also times each walk: the fused forwards run two to
