@@ -606,7 +606,7 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
     slots = programs * sizes.walk_steps if recurrence else sizes.walk_slots or programs * sizes.walk_steps
     slots = slots if sizes.device == "cuda" else 2
     k = torch.randn(slots, chunk, dqk, device=sizes.device).div(8).to(sizes.dtype)
-    q = k if recurrence else torch.randn_like(k)
+    q = k if recurrence else torch.randn_like(k).div(8)
     v = torch.randn(slots, chunk, dv, device=sizes.device).to(sizes.dtype)
     out = torch.empty(programs, device=sizes.device)
     if kind == "gradient":
