@@ -217,8 +217,7 @@ def _run_walk(kind, q, k, v, gate, steps, side=0):
     states, norms = torch.full((steps, dqk, dv), torch.nan), torch.full((steps, dqk), torch.nan)
     calibrate_blocks._walk_kernel[(1,)](
         q, k, v, gate, h, states, norms, out, steps, slots, L=chunk, DQK=dqk, DV=dv,
-        FUSED=kind not in calibrate_blocks.STATE_WALKS, STABILIZE=kind in ("fused_exp", "recurrence_exp"),
-        STORE_STATES=kind in calibrate_blocks.RECURRENCE_WALKS, NUM_STAGES=1, SIDE=side)
+        **calibrate_blocks.walk_flags(kind), NUM_STAGES=1, SIDE=side)
     return out, h, states, norms
 
 

@@ -622,11 +622,15 @@ def _walk_launch(walk: tuple[str, int, int, int, int, int], programs: int,
 
     def launch():
         return _walk_kernel[(programs,)](q, k, v, gate, h, states, norms, out, sizes.walk_steps, slots,
-                                         L=chunk, DQK=dqk, DV=dv, FUSED=kind not in STATE_WALKS,
-                                         STABILIZE=kind in ("fused_exp", "recurrence_exp"),
-                                         STORE_STATES=recurrence, NUM_STAGES=stages, SIDE=side,
-                                         num_warps=warps)
+                                         L=chunk, DQK=dqk, DV=dv, **walk_flags(kind), NUM_STAGES=stages,
+                                         SIDE=side, num_warps=warps)
     return launch
+
+
+def walk_flags(kind: str) -> dict[str, bool]:
+    """`_walk_kernel`'s FUSED, STABILIZE and STORE_STATES for a walk of ``kind``."""
+    return {"FUSED": kind not in STATE_WALKS, "STABILIZE": kind in ("fused_exp", "recurrence_exp"),
+            "STORE_STATES": kind in RECURRENCE_WALKS}
 
 
 def measure_issue(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -> dict:
