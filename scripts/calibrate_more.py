@@ -3,7 +3,9 @@ spill-loop rates (``--spill-loops``: `calibrate_blocks.measure_spill_loops`, one
 SM, stacks from L1-sized to larger than L2), the walks of `calibrate_blocks.WALK_SHAPES` (``--walks``) and the
 tile products of `calibrate_blocks.DOT_SHAPES` (``--dots``) the file does not have, and the steps of every
 walk of the file with one to four programs per SM (``--walk-levels``: `calibrate_blocks.walk_levels`, the
-median of ``--passes`` passes, one program per SM among them so that a walk's levels come from one machine).
+median of ``--passes`` passes, one program per SM among them so that a walk's levels come from one machine),
+and, without a GPU, the spilled loads of the file's spill loops (``--spill-load-bytes``:
+`add_spill_load_bytes`).
 The rest of the file (the median of several machines) is left as it is; each addition's provenance (commit,
 versions, command, GPU) is appended to the file's ``provenance.additions``. On the GPU machine, in the
 repository root:
@@ -51,6 +53,32 @@ def add_walk_levels(walks: list[dict], sizes: calibrate_blocks.BlockSizes, limit
         walk["levels"] = levels
 
 
+def add_spill_load_bytes(spill_loops: dict) -> None:
+    """Each spill loop's ``loop_load_bytes`` (the LDL part of its ``loop_local_bytes``), from the same loop
+    compiled for sm_90 here (`kernel_resources.spill_loop_resources`, no GPU needed), and each rate's
+    ``load_bytes_per_s_per_sm``: its ``bytes_per_s_per_sm`` x the loop's load / local bytes, what
+    `calibrate_blocks.spill_loop_rates` gives where the loops record their loads (a calibration's rates are
+    medians over machines that ran the same compiled loops). A loop whose compile gives other stack or local
+    bytes than it recorded (another compiler) is an error."""
+    import kernel_resources
+
+    for loop in spill_loops["loops"]:
+        compiled = kernel_resources.spill_loop_resources(loop["num_warps"], loop["width"])
+        if (compiled["stack_bytes"], compiled["loop_local_bytes"]) != (loop["stack_bytes"],
+                                                                     loop["loop_local_bytes"]):
+            raise SystemExit(f"error: the spill loop of {loop['num_warps']} warps, width {loop['width']}, "
+                             f"compiles to {compiled['stack_bytes']} stack / {compiled['loop_local_bytes']} "
+                             f"local bytes here, not the {loop['stack_bytes']} / {loop['loop_local_bytes']} "
+                             "it was timed with")
+        loop["loop_load_bytes"] = compiled["loop_load_bytes"]
+    loops = {(loop["num_warps"], loop["programs_per_sm"], loop["width"]): loop
+             for loop in spill_loops["loops"]}
+    for rate in spill_loops["rates"]:
+        loop = loops[rate["num_warps"], rate["programs_per_sm"], rate["width"]]
+        rate["load_bytes_per_s_per_sm"] = (rate["bytes_per_s_per_sm"] * loop["loop_load_bytes"]
+                                           / loop["loop_local_bytes"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("calibration", type=Path, help="the calibration file to add the figures to")
@@ -62,10 +90,20 @@ def main() -> None:
     parser.add_argument("--walk-levels", action="store_true",
                         help="measure every walk's steps with 1-4 programs per SM")
     parser.add_argument("--passes", type=int, default=3, help="passes of --walk-levels (median kept)")
+    parser.add_argument("--spill-load-bytes", action="store_true",
+                        help="add the spill loops' loads, compiled without a GPU (nothing else is measured)")
     parser.add_argument("--out", type=Path, help="where to write the file (default: in place)")
     args = parser.parse_args()
     record = json.loads(args.calibration.read_text())
     blocks = record["blocks"]
+    if args.spill_load_bytes:
+        add_spill_load_bytes(blocks["spill_loops"])
+        _write(record, {"blocks": ["spill load bytes"], "compiled_for": "sm_90",
+                        **calibration_provenance(command=shlex.join(["python", *sys.argv]))},
+               args.out or args.calibration)
+        for rate in blocks["spill_loops"]["rates"]:
+            print("{}: {}".format(*spill_rate_row(rate)))
+        return
     shapes = missing(blocks["walk"], WALK_NAME, calibrate_blocks.WALK_SHAPES) if args.walks else ()
     dots = missing(blocks["dot"], DOT_NAME, calibrate_blocks.DOT_SHAPES) if args.dots else ()
     sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), walk_shapes=shapes, dot_shapes=dots)
@@ -91,12 +129,17 @@ def main() -> None:
     provenance = {"blocks": added, "walk_shapes": [list(shape) for shape in shapes],
                   "dot_shapes": [list(shape) for shape in dots], "seconds": time.perf_counter() - started,
                   **calibration_provenance(command=shlex.join(["python", *sys.argv]))}
-    record.setdefault("provenance", {}).setdefault("additions", []).append(provenance)
-    (args.out or args.calibration).write_text(json.dumps(record, indent=2) + "\n")
+    _write(record, provenance, args.out or args.calibration)
     name, seconds = provenance["gpu"].get("name", "?"), provenance["seconds"]
     print(f"{name}: {', '.join(added) or 'nothing'}, {seconds:.0f} s")
     for line in _report(blocks, args.spill_loops, args.issue, len(shapes), len(dots), args.walk_levels):
         print(line)
+
+
+def _write(record: dict, provenance: dict, path: Path) -> None:
+    """Append ``provenance`` to the record's ``provenance.additions`` and write the record to ``path``."""
+    record.setdefault("provenance", {}).setdefault("additions", []).append(provenance)
+    path.write_text(json.dumps(record, indent=2) + "\n")
 
 
 def _report(blocks: dict, spill_loops: bool, issue: bool, walks: int, dots: int, walk_levels: bool

@@ -39,8 +39,8 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 #: the fields of a table entry's kernel record this replaces (those `sass.cubin_resources` and the compile
 #: give; the entry's other fields, added by later passes of `kernel_resources.py`, are kept)
 COMPILED_FIELDS = ("num_warps", "num_stages", "shared_bytes", "registers", "stack_bytes", "loop_local_bytes",
-                   "instructions", "loop_instructions", "inner_loop_instructions", "top_loops",
-                   "tile_loop_waits")
+                   "loop_load_bytes", "instructions", "loop_instructions", "inner_loop_instructions",
+                   "top_loops", "tile_loop_waits")
 
 
 def entry_commits(run_dirs: list[Path]) -> dict[str, str]:

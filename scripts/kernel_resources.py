@@ -146,6 +146,25 @@ def resources(launch: Launch) -> dict:
             "shared_kb": compiled.metadata.shared / 1024, **sass.cubin_resources(compiled.asm["cubin"])}
 
 
+def spill_loop_resources(num_warps: int, width: int) -> dict:
+    """What `resources` reports for the calibration's spill loop (`calibrate_blocks._spill_loop_kernel`) of
+    ``num_warps`` warps and a carried tile ``width`` columns wide, launched as `measure_spill_loops` launches
+    it (its default `BlockSizes`, bf16 operands)."""
+    from tflabench.analysis import calibrate_blocks
+
+    sizes = calibrate_blocks.BlockSizes()
+    cols, inner = sizes.spill_loop_tile
+    rows, slots = 16 * num_warps, 64
+    a = torch.empty(slots * rows * inner, dtype=torch.bfloat16)  # never read: not run
+    b = torch.empty(inner * cols, dtype=torch.bfloat16)
+    out = torch.empty(HOPPER_SMS * rows)
+    with captured_launches() as launches:
+        calibrate_blocks._spill_loop_kernel[(HOPPER_SMS,)](
+            a, b, out, sizes.spill_loop_trips, slots, ROWS=rows, COLS=cols, INNER=inner, WIDTH=width,
+            num_warps=num_warps)
+    return resources(launches[0])
+
+
 def _launches(args: argparse.Namespace, tiling=None) -> list[Launch]:
     """The launches of one forward and one backward pass at the requested shape, with ``tiling`` or else
     the default tiling changed by ``args.set``."""
@@ -245,7 +264,8 @@ def _table_entry(algorithm: str, variant: str, dqk: int, dv: int, chunk: int, ve
             "num_warps": row.get("num_warps", 4), "num_stages": row.get("num_stages", 3),
             "shared_bytes": int(row["shared_kb"] * 1024), "registers": row["registers"],
             "stack_bytes": row["stack_bytes"], "loop_local_bytes": row["loop_local_bytes"],
-            "instructions": row["instructions"], "loop_instructions": row["loop_instructions"],
+            "loop_load_bytes": row["loop_load_bytes"], "instructions": row["instructions"],
+            "loop_instructions": row["loop_instructions"],
             "inner_loop_instructions": row["inner_loop_instructions"], "top_loops": row["top_loops"],
             "tile_loop_waits": row["tile_loop_waits"]})
     return {"tiling": dataclasses.asdict(resolved), "kernels": kernels}
@@ -262,36 +282,60 @@ def _table_arguments(algorithm: str, variant: str, dqk: int, dv: int, chunk: int
 RECURRENCE_KERNELS = ("chunk_states_kernel", "chunk_state_grads_kernel", "chunk_states_dq_kernel")
 
 
-def _kernel_figures(config: tuple, kernels: set[str], figure: str) -> tuple[str, dict]:
-    """(table key, {kernel: its `resources` ``figure``}) of one configuration, the first launch of each of
-    ``kernels`` alone compiled."""
+def _kernel_figures(config: tuple, kernels: set[str], figures: tuple[str, ...]) -> tuple[str, dict]:
+    """(table key, {kernel: {figure: its `resources` figure}}) of one configuration, the first launch of
+    each of ``kernels`` alone compiled."""
     found = {}
     for launch in _launches(_table_arguments(*config[:5]), _table_tiling(*config)):
         name = launch.kernel.fn.__name__
         if name in kernels and name not in found:
-            found[name] = resources(launch)[figure]
+            row = resources(launch)
+            found[name] = {figure: row[figure] for figure in figures}
     print(_table_key(*config), flush=True)
     return _table_key(*config), found
 
 
-def _add_kernel_figures(path: Path, configs: list[tuple], kernels_of, figure: str) -> None:
+def _add_kernel_figures(path: Path, configs: list[tuple], kernels_of, figure: str,
+                        same: tuple[str, ...] = ()) -> None:
     """Set ``figure`` in the table's entries of ``configs``, for the kernels ``kernels_of(config)`` names,
     compiling those kernels alone; the rest of each entry is what it was (the same compiler gives the same
-    counts). Configurations without an entry, or without such kernels, are not compiled."""
+    counts). With ``same``, only where the compiled figures of those names equal the entry's (an entry of a
+    former version compiled from its own source, `scripts/former_source_resources.py`, that today's source
+    no longer compiles to). Configurations without an entry, or without such kernels, are not compiled."""
     table = structural.read_compiled_resources(path)
     jobs = []
     for config in configs:
         kernels = set(kernels_of(config))
         if kernels and _table_key(*config) in table["entries"]:
-            jobs.append((config, kernels, figure))
+            jobs.append((config, kernels, (figure, *same)))
     with multiprocessing.Pool(os.cpu_count()) as pool:
         found = pool.starmap(_kernel_figures, jobs)
     for key, figures in found:
         kernels = table["entries"][key]["kernels"]
-        for name, value in figures.items():
-            if name in kernels:
-                kernels[name][figure] = value
+        for name, values in figures.items():
+            if name in kernels and all(kernels[name].get(other) == values[other] for other in same):
+                kernels[name][figure] = values[figure]
     _write_table(path, table)
+
+
+def _spilling_wide_kernels(table: dict, config: tuple) -> set[str]:
+    """The kernels of the configuration's table entry that spill registers in programs of
+    `structural.SPILL_LOOP_WARPS` or more warps (those whose spills the model prices by their loads)."""
+    entry = table["entries"].get(_table_key(*config))
+    if entry is None:
+        return set()
+    return {name for name, kernel in entry["kernels"].items()
+            if kernel.get("stack_bytes") and kernel["num_warps"] >= structural.SPILL_LOOP_WARPS}
+
+
+def add_load_bytes(path: Path = TABLE_PATH) -> None:
+    """Add ``loop_load_bytes`` (the LDL part of ``loop_local_bytes``) to the kernels of the table's entries
+    that spill in programs of 8 or more warps (`_spilling_wide_kernels`), compiling those kernels alone,
+    where the compile gives the entry's stack and loop local bytes (`structural.program_spill_seconds`
+    prices those kernels' spills by their loads; about 15 minutes on two cores)."""
+    table = structural.read_compiled_resources(path)
+    _add_kernel_figures(path, _table_configs(), lambda config: _spilling_wide_kernels(table, config),
+                        "loop_load_bytes", same=("stack_bytes", "loop_local_bytes"))
 
 
 def add_inner_loop_counts(path: Path = TABLE_PATH) -> None:
@@ -602,6 +646,9 @@ def main() -> None:
     parser.add_argument("--product-waits", action="store_true",
                         help="add the warpgroup product waits of the output and dK/dV kernels' tile loops to "
                              "the entries the model reads for committed rows and today's default tilings")
+    parser.add_argument("--load-bytes", action="store_true",
+                        help="add the spilled loads per loop trip (LDL bytes) to the kernels of the table's "
+                             "entries that spill in programs of 8 or more warps")
     parser.add_argument("--sweep-config", type=Path, metavar="TOML",
                         help="add the entries of the tilings a sweep config runs (today's kernels) to the "
                              "table: a held-out run's, before it runs")
@@ -617,6 +664,9 @@ def main() -> None:
         return
     if args.product_waits:
         add_product_waits()
+        return
+    if args.load_bytes:
+        add_load_bytes()
         return
     head_dims = set(args.head_dims) if args.head_dims else None
     if args.table:

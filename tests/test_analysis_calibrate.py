@@ -81,7 +81,7 @@ def test_spill_loop_rates_are_the_bytes_over_the_time_above_the_spill_free_line(
     x trips x programs per SM) over it. Loops that do not spill, or do not exceed the line, give no rate."""
     def loop(width, seconds, local=0, stack=0):
         return {"num_warps": 8, "programs_per_sm": 2, "width": width, "seconds": seconds,
-                "stack_bytes": stack, "loop_local_bytes": local}
+                "stack_bytes": stack, "loop_local_bytes": local, "loop_load_bytes": local * 5 // 8}
 
     line = {64: 0.75e-3, 128: 1.0e-3, 256: 1.5e-3, 512: 2.5e-3}  # 0.5 ms + 3.9 us per column
     timed = [loop(64, line[64] + 1e-5), loop(128, line[128] - 2e-5), loop(256, line[256] + 1e-5),
@@ -91,6 +91,9 @@ def test_spill_loop_rates_are_the_bytes_over_the_time_above_the_spill_free_line(
     assert rate["width"] == 512 and rate["warps_per_sm"] == 16
     assert rate["stack_bytes_per_sm"] == 408 * threads
     assert rate["bytes_per_s_per_sm"] == pytest.approx(704 * threads * 64 / 4e-3, rel=0.01)
+    assert rate["load_bytes_per_s_per_sm"] == pytest.approx(440 * threads * 64 / 4e-3, rel=0.01)
+    no_loads = [{key: value for key, value in item.items() if key != "loop_load_bytes"} for item in timed]
+    assert "load_bytes_per_s_per_sm" not in calibrate_blocks.spill_loop_rates(no_loads, trips=64)[0]
     assert calibrate_blocks.spill_loop_rates(timed[3:], trips=64) == []  # no line without spill-free loops
 
 

@@ -299,6 +299,37 @@ def test_eight_warp_programs_move_their_spills_at_the_calibrated_spill_loop_rate
             == structural.program_spill_seconds(four_warps, rates, 1, 1e9, 1e9))
 
 
+def test_eight_warp_programs_wait_for_their_spilled_loads_at_the_calibrated_load_rate(rates):
+    """Where both the compiled entry (``loop_load_bytes``) and the calibration's spill loops
+    (``load_bytes_per_s_per_sm``) have the loads, an 8-warp program's spills take its spilled loads over the
+    calibrated load rate, whatever it stores; without either, all of its local bytes over the rate of all."""
+    blocks = json.loads(json.dumps(rates.blocks))
+    blocks["spill_loops"] = {"loops": [], "rates": [
+        {"warps_per_sm": 8, "stack_bytes_per_sm": stack, "bytes_per_s_per_sm": rate,
+         "load_bytes_per_s_per_sm": loads}
+        for stack, rate, loads in ((100e3, 80e9, 40e9), (400e3, 20e9, 12e9))]}
+    calibrated = structural.Rates(blocks)
+    assert calibrated.spill_rate(8, 200e3, "load_bytes_per_s_per_sm") == pytest.approx((40e9 + 12e9) / 2)
+    compiled = {"registers": 255, "shared_bytes": 60 * 1024, "stack_bytes": 800, "loop_local_bytes": 1000,
+                "loop_load_bytes": 600}
+    launch = structural.Launch("k", calibrated.sm_count, 8, 1, 0, 0, kernel="k", loop_trips=10,
+                               compiled=compiled)
+    stack = 800 * 32 * 8
+    loads = 600 * 32 * 8 * 10 / calibrated.spill_rate(8, stack, "load_bytes_per_s_per_sm")
+    assert structural.program_spill_seconds(launch, calibrated, 1, 1e9, 1e9) == pytest.approx(loads)
+    more_stores = dataclasses.replace(launch, compiled=dict(compiled, loop_local_bytes=1500))
+    assert structural.program_spill_seconds(more_stores, calibrated, 1, 1e9, 1e9) == pytest.approx(loads)
+    everything = 1000 * 32 * 8 * 10 / calibrated.spill_rate(8, stack)
+    no_loads = dict(compiled)
+    del no_loads["loop_load_bytes"]
+    without = dataclasses.replace(launch, compiled=no_loads)
+    assert structural.program_spill_seconds(without, calibrated, 1, 1e9, 1e9) == pytest.approx(everything)
+    for item in blocks["spill_loops"]["rates"]:
+        del item["load_bytes_per_s_per_sm"]
+    older = structural.Rates(blocks)
+    assert structural.program_spill_seconds(launch, older, 1, 1e9, 1e9) == pytest.approx(everything)
+
+
 def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypatch):
     """A table entry whose tiling differs from today's default is stale: the model falls back to the rule."""
     problem = structural.Problem(8, 8192, 16, 128, 256, variant="exp")

@@ -56,6 +56,8 @@ def test_sass_instructions_are_counted_in_all_and_in_the_outermost_loop():
     ])
     assert sass.instruction_counts(listing) == (5, 4, 0)
     assert sass.loop_local_bytes(listing) == 8 + 4
+    body = sass._loop_body(sass._instructions(listing))
+    assert sass._local_bytes(body, ("LDL",)) == 4  # the loads alone: what a warp waits for
     assert sass.instruction_counts(listing.replace("BRA 0x10", "EXIT")) == (5, 0, 0)
     retry_stub = "\n".join([  # a tensor-descriptor wait's retry code after EXIT, branching back: no loop
         listing,

@@ -125,6 +125,9 @@ SPILL_LOOP_LAUNCHES = ((8, 1), (8, 2))
 #: fp32 columns of the spill loop's carried tile: 64, 128 and 256 fit the registers (the loop without
 #: spills), 512 / 1024 / 2048 spill about 0.4 / 2 / 4.6 KB per thread (a stack of 100 KB to 2.4 MB per SM)
 SPILL_LOOP_WIDTHS = (64, 128, 256, 512, 1024, 2048)
+#: the compiled figures (per thread) of each timed spill loop (`sass.cubin_resources`): its spill stack, the
+#: local bytes its loop moves per trip, and the part of them its loads move (what its warps wait for)
+SPILL_LOOP_FIGURES = ("stack_bytes", "loop_local_bytes", "loop_load_bytes")
 
 
 @dataclass(frozen=True)
@@ -726,13 +729,14 @@ def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -
     """The time register spills add to a kernel-shaped loop (`_spill_loop_kernel`), per (num_warps,
     programs per SM) of `sizes.spill_loop_launches` and carried width of `sizes.spill_loop_widths`.
 
-    ``loops``: each timed loop's seconds with its compiled stack bytes and loop local bytes per thread (what
-    `scripts/kernel_resources.py` reports for our kernels). ``rates``: per launch and spilling width, the
-    spilled bytes the SM moves per second of the time they add, ``bytes_per_s_per_sm`` = loop local bytes
-    x threads x trips x programs per SM / (seconds - the seconds of the same loop without spills: the
-    least-squares line in the width through the loops that do not spill), with the launch's warps and
-    stack bytes per SM (L1 holds a small stack, L2 or HBM a large one). On the CPU (interpreter) nothing is
-    compiled and ``rates`` is empty."""
+    ``loops``: each timed loop's seconds with its compiled stack bytes, loop local bytes and loop load bytes
+    per thread (`SPILL_LOOP_FIGURES`, what `scripts/kernel_resources.py` reports for our kernels). ``rates``:
+    per launch and spilling width, the spilled bytes the SM moves per second of the time they add,
+    ``bytes_per_s_per_sm`` = loop local bytes x threads x trips x programs per SM / (seconds - the seconds of
+    the same loop without spills: the least-squares line in the width through the loops that do not spill),
+    and ``load_bytes_per_s_per_sm`` the same of its loads alone (`spill_loop_rates`), with the launch's warps
+    and stack bytes per SM (L1 holds a small stack, L2 or HBM a large one). On the CPU (interpreter) nothing
+    is compiled and ``rates`` is empty."""
     cols, inner = sizes.spill_loop_tile
     slots = 64
     most_rows = 16 * max(warps for warps, _ in sizes.spill_loop_launches)
@@ -752,11 +756,10 @@ def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -
         for width in sizes.spill_loop_widths:
             compiled = run(width)
             resources = (sass.cubin_resources(compiled.asm["cubin"]) if sizes.device == "cuda"
-                         else {"stack_bytes": 0, "loop_local_bytes": 0})
+                         else {"stack_bytes": 0, "loop_local_bytes": 0, "loop_load_bytes": 0})
             timed.append({"num_warps": warps, "programs_per_sm": per_sm, "width": width,
                           "seconds": timer(lambda width=width: run(width)),
-                          "stack_bytes": resources["stack_bytes"],
-                          "loop_local_bytes": resources["loop_local_bytes"]})
+                          **{name: resources[name] for name in SPILL_LOOP_FIGURES}})
         loops += timed
         rates += spill_loop_rates(timed, sizes.spill_loop_trips)
     return {"loops": loops, "rates": rates}
@@ -764,7 +767,9 @@ def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -
 
 def spill_loop_rates(timed: list[dict], trips: int) -> list[dict]:
     """`measure_spill_loops`' ``rates`` of one launch's loops (all widths): each spilling loop's time above
-    the least-squares line through the (width, seconds) of the loops that do not spill."""
+    the least-squares line through the (width, seconds) of the loops that do not spill; the load rate where
+    the loops record their ``loop_load_bytes`` (calibrations before it: `scripts/calibrate_more.py
+    --spill-load-bytes` adds them from the same loops compiled without a GPU)."""
     free = [(loop["width"], loop["seconds"]) for loop in timed if not loop["loop_local_bytes"]]
     if len({width for width, _ in free}) < 2:
         return []
@@ -775,10 +780,13 @@ def spill_loop_rates(timed: list[dict], trips: int) -> list[dict]:
         if not loop["loop_local_bytes"] or added <= 0:
             continue
         threads = 32 * loop["num_warps"] * loop["programs_per_sm"]
-        rates.append({"num_warps": loop["num_warps"], "programs_per_sm": loop["programs_per_sm"],
-                      "width": loop["width"], "warps_per_sm": loop["num_warps"] * loop["programs_per_sm"],
-                      "stack_bytes_per_sm": loop["stack_bytes"] * threads,
-                      "bytes_per_s_per_sm": loop["loop_local_bytes"] * threads * trips / added})
+        rate = {"num_warps": loop["num_warps"], "programs_per_sm": loop["programs_per_sm"],
+                "width": loop["width"], "warps_per_sm": loop["num_warps"] * loop["programs_per_sm"],
+                "stack_bytes_per_sm": loop["stack_bytes"] * threads,
+                "bytes_per_s_per_sm": loop["loop_local_bytes"] * threads * trips / added}
+        if "loop_load_bytes" in loop:
+            rate["load_bytes_per_s_per_sm"] = loop["loop_load_bytes"] * threads * trips / added
+        rates.append(rate)
     return rates
 
 

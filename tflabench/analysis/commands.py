@@ -611,7 +611,9 @@ def spill_rate_row(rate: dict) -> tuple[str, str]:
     """(figure, value) of one calibrated spill-loop rate (`calibrate_blocks.spill_loop_rates`)."""
     label = ("spills, {num_warps} warps x {programs_per_sm} per SM, width {width}, "
              "stack {kb:.0f} KB per SM").format(kb=rate["stack_bytes_per_sm"] / 1024, **rate)
-    return label, f"{rate['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM"
+    loads = rate.get("load_bytes_per_s_per_sm")
+    return label, f"{rate['bytes_per_s_per_sm'] / 1e9:.1f} GB/s per SM" + (
+        "" if loads is None else f", its loads {loads / 1e9:.1f}")
 
 
 def walk_step_row(walk: dict) -> tuple[str, str]:

@@ -1,8 +1,8 @@
 """What a compiled Triton kernel costs on chip, read from its cubin with the cuobjdump bundled with Triton:
 registers per thread, stack (spill) bytes per thread, the local-memory bytes its outermost loop moves
-per trip (its register spills' loads and stores), and its SASS instructions, all of them and those of its
-outermost loop's body (what each warp issues once, and once more per further trip). Used by
-`scripts/kernel_resources.py` (kernels compiled for sm_90 without a GPU) and by the spill calibration
+per trip (its register spills' loads and stores, and the loads alone), and its SASS instructions, all of
+them and those of its outermost loop's body (what each warp issues once, and once more per further trip).
+Used by `scripts/kernel_resources.py` (kernels compiled for sm_90 without a GPU) and by the spill calibration
 (`calibrate_blocks.measure_spills`, kernels the JIT compiled on the GPU)."""
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ def _cuobjdump(cubin: bytes, *flags: str) -> str:
 
 def cubin_resources(cubin: bytes) -> dict:
     """{registers, local_bytes, stack_bytes (per thread), loop_local_bytes (per thread and loop trip),
-    instructions, loop_instructions, inner_loop_instructions (`instruction_counts`), top_loops
-    (`top_loops`), tile_loop_waits (`product_waits` of the outermost loop's body)}."""
+    loop_load_bytes (the part of them its LDL loads move), instructions, loop_instructions,
+    inner_loop_instructions (`instruction_counts`), top_loops (`top_loops`), tile_loop_waits
+    (`product_waits` of the outermost loop's body)}."""
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     instructions = _instructions(_cuobjdump(cubin, "-sass"))
     body = _loop_body(instructions)
     return {"registers": int(fields.get("REG", 0)), "local_bytes": int(fields.get("LOCAL", 0)),
             "stack_bytes": int(fields.get("STACK", 0)), "loop_local_bytes": _local_bytes(body),
+            "loop_load_bytes": _local_bytes(body, ("LDL",)),
             "instructions": len(instructions), "loop_instructions": len(body),
             "inner_loop_instructions": len(_body(instructions, _inner_loop(instructions))),
             "top_loops": top_loops(instructions), "tile_loop_waits": product_waits(body)}
@@ -148,12 +150,13 @@ def loop_local_bytes(sass: str) -> int:
     return _local_bytes(_loop_body(_instructions(sass)))
 
 
-def _local_bytes(body: list[list[str]]) -> int:
-    """Bytes per thread the LDL and STL instructions among ``body`` move (4 unless .64 or .128 wide)."""
+def _local_bytes(body: list[list[str]], opcodes: tuple[str, ...] = ("LDL", "STL")) -> int:
+    """Bytes per thread the local-memory instructions of ``opcodes`` (LDL loads, STL stores) among ``body``
+    move (4 unless .64 or .128 wide)."""
     moved = 0
     for words in body:
         opcode = _opcode(words)
-        if opcode.split(".")[0] in ("LDL", "STL"):
+        if opcode.split(".")[0] in opcodes:
             width = re.search(r"\.(64|128)\b", opcode)
             moved += int(width.group(1)) // 8 if width else 4
     return moved

@@ -339,18 +339,20 @@ class Rates:
         one = self.memory(f"{pattern}_read_one_per_sm") / self.sm_count
         return one * in_flight_bytes / READ_IN_FLIGHT_BYTES
 
-    def spill_rate(self, warps_per_sm: float, stack_bytes_per_sm: float) -> float:
+    def spill_rate(self, warps_per_sm: float, stack_bytes_per_sm: float, figure: str = "bytes_per_s_per_sm"
+                   ) -> float:
         """Per-SM bytes per second of register-spill traffic (`calibrate_blocks.measure_spill_loops`'
-        ``rates``) with ``warps_per_sm`` warps resident on the SM and ``stack_bytes_per_sm`` of spill stacks:
-        interpolated in log2 of the stack bytes within each calibrated warps-per-SM level, then in log2 of
-        the warps between the two levels around it (the nearest level outside them); 0 when the
-        calibration has no spill loops."""
-        measured = self.blocks.get("spill_loops", {}).get("rates", [])
+        ``rates``, their ``figure``: ``load_bytes_per_s_per_sm`` for the spilled loads alone) with
+        ``warps_per_sm`` warps resident on the SM and ``stack_bytes_per_sm`` of spill stacks: interpolated in
+        log2 of the stack bytes within each calibrated warps-per-SM level, then in log2 of the warps between
+        the two levels around it (the nearest level outside them); 0 when the calibration has no spill loops
+        with that figure."""
+        measured = [item for item in self.blocks.get("spill_loops", {}).get("rates", []) if figure in item]
         if not measured:
             return 0.0
         levels = sorted({item["warps_per_sm"] for item in measured})
         by_level = [(level, _interpolate_log2(stack_bytes_per_sm, [
-            (item["stack_bytes_per_sm"], item["bytes_per_s_per_sm"]) for item in measured
+            (item["stack_bytes_per_sm"], item[figure]) for item in measured
             if item["warps_per_sm"] == level])) for level in levels]
         return _interpolate_log2(warps_per_sm, by_level)
 
@@ -446,12 +448,13 @@ def programs_per_sm(registers: float, shared_bytes: int, warps: int, device: dic
     return max(1, min(MAX_THREADS_PER_SM // threads, by_registers, by_shared, MAX_PROGRAMS_PER_SM))
 
 
-def spilled_bytes(launch: Launch) -> float:
+def spilled_bytes(launch: Launch, figure: str = "loop_local_bytes") -> float:
     """Local-memory bytes one program moves for its register spills: the compiled loads and stores of one
-    trip of its outermost loop (per thread) times its threads and trips; 0 without compiled resources."""
+    trip of its outermost loop (per thread; ``figure`` ``loop_load_bytes``: its loads alone) times its
+    threads and trips; 0 without compiled resources."""
     if launch.compiled is None:
         return 0.0
-    return launch.compiled["loop_local_bytes"] * 32 * launch.warps * launch.loop_trips
+    return launch.compiled[figure] * 32 * launch.warps * launch.loop_trips
 
 
 def issued_instructions(counts: dict, trips: float, copies: int = 1, inner_trips: int = 1,
@@ -540,16 +543,26 @@ def _spill_seconds_per_byte(launch: Launch, rates: Rates, concurrency: int, hbm_
 def program_spill_seconds(launch: Launch, rates: Rates, concurrency: int, hbm_rate: float,
                           l2_rate: float) -> float:
     """SM seconds of one program's register spills (`spilled_bytes`). A launch of `SPILL_LOOP_WARPS` or
-    more warps per program, with a calibration that has spill loops: at the calibrated per-SM spill rate
-    for its warps and stack bytes per SM (`Rates.spill_rate`: 8-warp programs move their spills at 20-70
-    GB/s per SM, slower the larger the SM's stack). Otherwise at `_spill_seconds_per_byte`, divided by the
-    warps each scheduler switches between (`warps_per_scheduler`): a lone 4-warp program waits for all of
-    its spills, at the HBM-bound rate of `calibrate_blocks.measure_spills`, which is what the profiled
-    4-warp fused forwards move (results/{h100,h200}/profile-spills)."""
+    more warps per program, with a calibration that has spill loops: its spilled loads (the compiled
+    ``loop_load_bytes``) at the calibrated per-SM rate of the spill loops' loads for its warps and stack
+    bytes per SM (`Rates.spill_rate` of ``load_bytes_per_s_per_sm``: 8-warp programs load their spills at
+    10-40 GB/s per SM, slower the larger the SM's stack); a warp waits for its spilled loads, while its
+    stores go on without it. Priced by all of their local bytes (loads and stores, where the compiled
+    entry or the calibration lacks the loads), the fused forwards at 384/384 and 512/512, L = 16 and 32,
+    which store 0.9-0.96x the bytes they load, needed 1.3-1.6x the rate the calibration gave, and the others,
+    which store 0.5-0.7x of them, 0.9-1.25x (results/perf-log.md, "Model: the spills' loads"). Otherwise at
+    `_spill_seconds_per_byte`, divided by the warps each scheduler switches between
+    (`warps_per_scheduler`): a lone 4-warp program waits for all of its spills, at the HBM-bound rate of
+    `calibrate_blocks.measure_spills`, which is what the profiled 4-warp fused forwards move
+    (results/{h100,h200}/profile-spills)."""
     if launch.compiled is None or not launch.compiled["stack_bytes"]:
         return 0.0
     if launch.warps >= SPILL_LOOP_WARPS:
         stack = launch.compiled["stack_bytes"] * 32 * launch.warps * concurrency
+        if "loop_load_bytes" in launch.compiled:
+            rate = rates.spill_rate(concurrency * launch.warps, stack, "load_bytes_per_s_per_sm")
+            if rate > 0:
+                return spilled_bytes(launch, "loop_load_bytes") / rate
         rate = rates.spill_rate(concurrency * launch.warps, stack)
         if rate > 0:
             return spilled_bytes(launch) / rate
