@@ -220,7 +220,8 @@ def _fused_launches(q, k, v, i, f, tiling, variant: str) -> None:
 #: 384/384), holdout-new-heads (192/192, 128/512, 32/64), holdout-walkers (64/192, 64/256),
 #: holdout-walkers-linear (64/32, 32/128, 32/32) and holdout-small-head-shapes (32/256), and the state and
 #: dV block runs from holdout-v18-state-blocks to holdout-v21-dv-blocks (144/144 ... 208/288),
-#: holdout-dispatch (32/48, 48/64, 64/80, 48/32) and holdout-wide-keys (96/64, 128/96, 160/128, 256/128);
+#: holdout-dispatch (32/48, 48/64, 64/80, 48/32), holdout-wide-keys (96/64, 128/96, 160/128, 256/128) and
+#: holdout-spill-loads (320/320, 448/448, 384/512, 256/384, 288/288);
 #: limit_chunk and larger chunks use the model's rule
 TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128), (128, 256), (256, 256),
                    (256, 512), (512, 512), (112, 112), (48, 96), (96, 192), (80, 160), (64, 96), (160, 160),
@@ -229,7 +230,7 @@ TABLE_HEAD_DIMS = ((48, 48), (64, 64), (64, 128), (80, 80), (96, 96), (128, 128)
                    (144, 176), (192, 160), (176, 176), (144, 288), (96, 160), (144, 192), (208, 288),
                    (112, 176), (48, 80), (208, 208), (192, 256), (256, 384), (160, 320), (128, 192),
                    (64, 160), (32, 48), (48, 64), (64, 80), (48, 32), (96, 64), (128, 96), (160, 128),
-                   (256, 128))
+                   (256, 128), (320, 320), (448, 448), (384, 512), (256, 384), (288, 288))
 TABLE_CHUNKS = {"fused_chunk": (16, 32, 64, 128), "xl_chunk": (64, 128, 256, 512, 1024)}
 #: fused_chunk's chunk sizes below xl_chunk's smallest: its backward runs the xl_chunk kernels at them
 #: (`structural.launches`), so the table holds those launches too, at today's default tiling and at the

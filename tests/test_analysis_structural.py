@@ -330,6 +330,18 @@ def test_eight_warp_programs_wait_for_their_spilled_loads_at_the_calibrated_load
     assert structural.program_spill_seconds(launch, older, 1, 1e9, 1e9) == pytest.approx(everything)
 
 
+def test_chunk_sizes_whose_programs_do_not_fit_the_shared_memory_are_not_predicted(rates):
+    """mLSTMexp's fused forward at 512/512 compiles to 288 KB of shared memory per program at L = 128 (the
+    compiled table), more than an SM has: it does not launch, so no prediction offers it; L = 64 fits."""
+    problem = structural.Problem(8, 8192, 4, 512, 512, variant="exp")
+    too_large = structural.launches(problem, "fused_chunk", 128)
+    assert too_large[0].compiled["shared_bytes"] > rates.blocks["device"]["shared_memory_per_sm"]
+    assert not structural.fits_shared_memory(too_large, rates)
+    assert structural.fits_shared_memory(structural.launches(problem, "fused_chunk", 64), rates)
+    chunks = {prediction.chunk for prediction in structural.predict_all(problem, rates, ("fused_chunk",))}
+    assert 64 in chunks and 128 not in chunks
+
+
 def test_compiled_entries_are_used_only_for_the_tiling_the_kernels_run(monkeypatch):
     """A table entry whose tiling differs from today's default is stale: the model falls back to the rule."""
     problem = structural.Problem(8, 8192, 16, 128, 256, variant="exp")

@@ -1445,12 +1445,21 @@ def runnable_chunks(problem: Problem, algorithm: str, candidates=(16, 32, 64, 12
     return runnable
 
 
+def fits_shared_memory(launch_list: list[Launch], rates: Rates) -> bool:
+    """Whether every launch's compiled program fits in the shared memory of one SM of the calibrated GPU
+    (launches without compiled resources count as fitting): a program that needs more does not launch
+    (Triton's OutOfResources), as mLSTMexp's fused forward at a 512-wide padded Dqk and L = 128 (288 KB)."""
+    limit = rates.blocks["device"]["shared_memory_per_sm"]
+    return all(launch.compiled is None or launch.compiled["shared_bytes"] <= limit for launch in launch_list)
+
+
 def predict_all(problem: Problem, rates: Rates, algorithms=("xl_chunk", "fused_chunk"),
                 tiling: str | dict | None = None) -> list[Prediction]:
-    """Predictions of every runnable (algorithm, chunk size), with ``tiling`` as in `launches`, fastest
-    first."""
+    """Predictions of every runnable (algorithm, chunk size) whose programs fit the SM's shared memory
+    (`fits_shared_memory`), with ``tiling`` as in `launches`, fastest first."""
     predictions = [predict(problem, algorithm, chunk, rates, tiling)
-                   for algorithm in algorithms for chunk in runnable_chunks(problem, algorithm)]
+                   for algorithm in algorithms for chunk in runnable_chunks(problem, algorithm)
+                   if fits_shared_memory(launches(problem, algorithm, chunk, tiling), rates)]
     if not predictions:
         raise InputError(f"no chunk size runs at seq_len={problem.seq_len}")
     return sorted(predictions, key=lambda prediction: prediction.seconds)
