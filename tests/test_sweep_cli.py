@@ -98,6 +98,9 @@ def test_a_killed_sweep_resumes_without_duplicate_or_lost_rows(tmp_path):
     assert again.returncode == 0 and read_rows(results) == after
     meta = json.loads((tmp_path / "killed" / "meta.json").read_text())
     assert len(meta["resumed"]) == 2 and meta["finished"]
+    for resume in meta["resumed"]:  # the rows a resume adds may come from another machine and commit
+        assert {"at", "command", "git", "gpu", "versions"} <= set(resume)
+        assert resume["versions"]["python"] and "commit" in resume["git"]
 
 
 def test_an_existing_run_needs_resume_and_a_budget_stops_early(tmp_path):

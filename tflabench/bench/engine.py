@@ -122,16 +122,15 @@ def _open_meta(run_dir: Path, spec: SweepSpec, jobs: list[Job], first: GpuFacts)
     from dataclasses import asdict
 
     from tflabench.bench.derived import Derivation
-    from tflabench.bench.results import META_FILE, new_meta, now_iso, read_meta, write_meta
-    from tflabench.provenance import command_line
+    from tflabench.bench.results import META_FILE, new_meta, read_meta, resume_record, write_meta
 
     path = run_dir / META_FILE
+    kernels = list({job.kernel.name: job.kernel for job in jobs}.values())
     if path.exists():
         meta = read_meta(path)
-        meta.setdefault("resumed", []).append({"at": now_iso(), "command": command_line()})
+        meta.setdefault("resumed", []).append(resume_record(gpu_info=first.info, kernels=kernels))
         meta["finished"] = None
     else:
-        kernels = list({job.kernel.name: job.kernel for job in jobs}.values())
         meta = new_meta(run=run_dir.name, device=first.device, gpu_info=first.info, kernels=kernels,
                         derivation=Derivation(first.name), sweep=asdict(spec), dtypes=spec.dtypes)
     write_meta(path, meta)

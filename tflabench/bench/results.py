@@ -293,6 +293,13 @@ def new_meta(*, run: str, device: str, gpu_info: dict[str, str], kernels: list[K
     }
 
 
+def resume_record(*, gpu_info: dict[str, str], kernels: list[KernelSpec]) -> dict[str, Any]:
+    """What a resumed sweep appends to its run's ``resumed``: when, the command, and the commit, software and
+    GPU (serial, UUID) the rows it adds were measured with, which may be another machine's than the run's."""
+    return {"at": now_iso(), "command": command_line(), "git": git_state(), "gpu": gpu_info,
+            "versions": software_versions([kernel.package for kernel in kernels if kernel.package])}
+
+
 def write_meta(path: Path, meta: dict[str, Any]) -> None:
     """Write atomically (a killed sweep never leaves a truncated meta.json)."""
     temporary = path.with_suffix(".json.tmp")
