@@ -1461,7 +1461,8 @@ def predict_all(problem: Problem, rates: Rates, algorithms=("xl_chunk", "fused_c
                    for algorithm in algorithms for chunk in runnable_chunks(problem, algorithm)
                    if fits_shared_memory(launches(problem, algorithm, chunk, tiling), rates)]
     if not predictions:
-        raise InputError(f"no chunk size runs at seq_len={problem.seq_len}")
+        raise InputError(f"no chunk size runs at seq_len={problem.seq_len} ({', '.join(algorithms)}, with "
+                         "programs that fit an SM's shared memory)")
     return sorted(predictions, key=lambda prediction: prediction.seconds)
 
 
