@@ -152,16 +152,10 @@ def spill_loop_resources(num_warps: int, width: int) -> dict:
     it (its default `BlockSizes`, bf16 operands)."""
     from tflabench.analysis import calibrate_blocks
 
-    sizes = calibrate_blocks.BlockSizes()
-    cols, inner = sizes.spill_loop_tile
-    rows, slots = 16 * num_warps, 64
-    a = torch.empty(slots * rows * inner, dtype=torch.bfloat16)  # never read: not run
-    b = torch.empty(inner * cols, dtype=torch.bfloat16)
-    out = torch.empty(HOPPER_SMS * rows)
+    sizes = dataclasses.replace(calibrate_blocks.BlockSizes(), device="cpu")
+    a, b, out = calibrate_blocks.spill_loop_operands(sizes, num_warps, HOPPER_SMS, torch.empty)  # not run
     with captured_launches() as launches:
-        calibrate_blocks._spill_loop_kernel[(HOPPER_SMS,)](
-            a, b, out, sizes.spill_loop_trips, slots, ROWS=rows, COLS=cols, INNER=inner, WIDTH=width,
-            num_warps=num_warps)
+        calibrate_blocks.launch_spill_loop(sizes, a, b, out, HOPPER_SMS, num_warps, width)
     return resources(launches[0])
 
 

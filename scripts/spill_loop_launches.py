@@ -19,17 +19,11 @@ def main() -> None:
     parser.add_argument("--num-warps", type=int, default=8)
     args = parser.parse_args()
     sizes = calibrate_blocks.BlockSizes()
-    limits = calibrate_blocks.DeviceLimits.of("cuda")
-    cols, inner = sizes.spill_loop_tile
-    rows, slots, programs = 16 * args.num_warps, 64, limits.sm_count
-    a = torch.rand(slots * rows * inner, device="cuda").to(sizes.dtype)
-    b = torch.rand(inner * cols, device="cuda").to(sizes.dtype)
-    out = torch.empty(programs * rows, device="cuda")
+    programs = calibrate_blocks.DeviceLimits.of("cuda").sm_count
+    a, b, out = calibrate_blocks.spill_loop_operands(sizes, args.num_warps, programs)
     for width in (int(text) for text in args.widths.split(",")):
         for _ in range(2):
-            calibrate_blocks._spill_loop_kernel[(programs,)](
-                a, b, out, sizes.spill_loop_trips, slots, ROWS=rows, COLS=cols, INNER=inner, WIDTH=width,
-                num_warps=args.num_warps)
+            calibrate_blocks.launch_spill_loop(sizes, a, b, out, programs, args.num_warps, width)
         torch.cuda.synchronize()
         print(f"width {width}: launched twice on {programs} programs", flush=True)
 

@@ -128,6 +128,8 @@ SPILL_LOOP_WIDTHS = (64, 128, 256, 512, 1024, 2048)
 #: the compiled figures (per thread) of each timed spill loop (`sass.cubin_resources`): its spill stack, the
 #: local bytes its loop moves per trip, and the part of them its loads move (what its warps wait for)
 SPILL_LOOP_FIGURES = ("stack_bytes", "loop_local_bytes", "loop_load_bytes")
+#: A tiles of the spill loop's L2-resident buffer (`_spill_loop_kernel`'s SLOTS)
+SPILL_LOOP_SLOTS = 64
 
 
 @dataclass(frozen=True)
@@ -737,20 +739,15 @@ def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -
     and ``load_bytes_per_s_per_sm`` the same of its loads alone (`spill_loop_rates`), with the launch's warps
     and stack bytes per SM (L1 holds a small stack, L2 or HBM a large one). On the CPU (interpreter) nothing
     is compiled and ``rates`` is empty."""
-    cols, inner = sizes.spill_loop_tile
-    slots = 64
-    most_rows = 16 * max(warps for warps, _ in sizes.spill_loop_launches)
-    a = torch.rand(slots * most_rows * inner, device=sizes.device).to(sizes.dtype)
-    b = torch.rand(inner * cols, device=sizes.device).to(sizes.dtype)
+    most_warps = max(warps for warps, _ in sizes.spill_loop_launches)
     most_programs = max(per_sm for _, per_sm in sizes.spill_loop_launches) * limits.sm_count
-    out = torch.empty(most_programs * most_rows, device=sizes.device)
+    a, b, out = spill_loop_operands(sizes, most_warps, most_programs, torch.rand)
     loops, rates = [], []
     for warps, per_sm in sizes.spill_loop_launches:
         programs = per_sm * limits.sm_count if sizes.device == "cuda" else per_sm
 
         def run(width: int, warps=warps, programs=programs):
-            return _spill_loop_kernel[(programs,)](a, b, out, sizes.spill_loop_trips, slots, ROWS=16 * warps,
-                                                   COLS=cols, INNER=inner, WIDTH=width, num_warps=warps)
+            return launch_spill_loop(sizes, a, b, out, programs, warps, width)
 
         timed = []
         for width in sizes.spill_loop_widths:
@@ -763,6 +760,29 @@ def measure_spill_loops(sizes: BlockSizes, limits: DeviceLimits, timer: Timer) -
         loops += timed
         rates += spill_loop_rates(timed, sizes.spill_loop_trips)
     return {"loops": loops, "rates": rates}
+
+
+def spill_loop_operands(sizes: BlockSizes, warps: int, programs: int, fill=torch.rand
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The A buffer (`SPILL_LOOP_SLOTS` tiles of 16 x ``warps`` rows), the fixed B and the output of
+    `launch_spill_loop` for up to ``warps`` warps and ``programs`` programs on ``sizes.device``, A and B made
+    by ``fill`` (``torch.empty`` where the loop is only compiled)."""
+    cols, inner = sizes.spill_loop_tile
+    rows = 16 * warps
+    a = fill(SPILL_LOOP_SLOTS * rows * inner, device=sizes.device).to(sizes.dtype)
+    b = fill(inner * cols, device=sizes.device).to(sizes.dtype)
+    return a, b, torch.empty(programs * rows, device=sizes.device)
+
+
+def launch_spill_loop(sizes: BlockSizes, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, programs: int,
+                      warps: int, width: int):
+    """`_spill_loop_kernel` of ``warps`` warps carrying ``width`` columns, ``programs`` programs, as
+    `measure_spill_loops` times it (``sizes.spill_loop_tile`` and ``spill_loop_trips``); the compiled
+    kernel it returns."""
+    cols, inner = sizes.spill_loop_tile
+    return _spill_loop_kernel[(programs,)](a, b, out, sizes.spill_loop_trips, SPILL_LOOP_SLOTS,
+                                           ROWS=16 * warps, COLS=cols, INNER=inner, WIDTH=width,
+                                           num_warps=warps)
 
 
 def spill_loop_rates(timed: list[dict], trips: int) -> list[dict]:

@@ -1428,8 +1428,12 @@ class Prediction:
 def predict(problem: Problem, algorithm: str, chunk: int, rates: Rates, tiling: str | dict | None = None
             ) -> Prediction:
     """The structural model's time of one call (with ``tiling``, as in `launches`)."""
-    return Prediction(algorithm, chunk, tuple(launch_time(launch, rates) for launch in launches(
-        problem, algorithm, chunk, tiling)))
+    return _prediction(algorithm, chunk, launches(problem, algorithm, chunk, tiling), rates)
+
+
+def _prediction(algorithm: str, chunk: int, launch_list: list[Launch], rates: Rates) -> Prediction:
+    """The `Prediction` of one call made of ``launch_list``."""
+    return Prediction(algorithm, chunk, tuple(launch_time(launch, rates) for launch in launch_list))
 
 
 def runnable_chunks(problem: Problem, algorithm: str, candidates=(16, 32, 64, 128, 256, 512, 1024, 2048,
@@ -1457,9 +1461,10 @@ def predict_all(problem: Problem, rates: Rates, algorithms=("xl_chunk", "fused_c
                 tiling: str | dict | None = None) -> list[Prediction]:
     """Predictions of every runnable (algorithm, chunk size) whose programs fit the SM's shared memory
     (`fits_shared_memory`), with ``tiling`` as in `launches`, fastest first."""
-    predictions = [predict(problem, algorithm, chunk, rates, tiling)
-                   for algorithm in algorithms for chunk in runnable_chunks(problem, algorithm)
-                   if fits_shared_memory(launches(problem, algorithm, chunk, tiling), rates)]
+    calls = [(algorithm, chunk, launches(problem, algorithm, chunk, tiling))
+             for algorithm in algorithms for chunk in runnable_chunks(problem, algorithm)]
+    predictions = [_prediction(algorithm, chunk, launch_list, rates)
+                   for algorithm, chunk, launch_list in calls if fits_shared_memory(launch_list, rates)]
     if not predictions:
         raise InputError(f"no chunk size runs at seq_len={problem.seq_len} ({', '.join(algorithms)}, with "
                          "programs that fit an SM's shared memory)")
